@@ -1,0 +1,46 @@
+"Under 2+ processes: distrib_ctx trains distributed, and leaves the Learner exactly as before, also after an error"
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from torch.nn.parallel import DistributedDataParallel
+from distrib import (Learner, DataLoaders, Callback, DistributedDL, DistributedTrainer, rank_distrib, num_distrib,
+                     pg_initialized, setup_distrib, teardown_distrib)
+
+x = torch.randn(60, 3, generator=torch.Generator().manual_seed(0)); y = x.sum(1, keepdim=True)
+dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True), DataLoader(TensorDataset(x, y), batch_size=8))
+model = nn.Linear(3, 1)
+learn = Learner(dls, model, nn.functional.mse_loss, opt_func=torch.optim.SGD, lr=0.05)
+before = dict(model=learn.model, dls=learn.dls, loaders=list(learn.dls.loaders), cbs=list(learn.cbs),
+              logger=learn.logger, progress=learn.progress.enabled)
+
+def check_restored():
+    assert learn.model is before['model'] and type(learn.model) is nn.Linear
+    assert learn.dls is before['dls'] and learn.dls.loaders == before['loaders']
+    assert learn.cbs == before['cbs'] and not hasattr(learn, 'distributed_trainer')
+    assert learn.logger is before['logger'] and learn.progress.enabled == before['progress']
+
+with learn.distrib_ctx(timeout=60):
+    assert pg_initialized() and num_distrib() == 2
+    assert isinstance(learn.model, DistributedDataParallel)
+    assert all(isinstance(dl, DistributedDL) for dl in learn.dls.loaders)
+    assert learn.progress.enabled == (rank_distrib() == 0)
+    learn.fit(2)
+check_restored()
+assert not pg_initialized(), "distrib_ctx created the process group, so it must destroy it"
+
+class Boom(Callback):
+    def before_batch(self):
+        if self.learn.iter == 2: raise RuntimeError('boom')
+try:
+    with learn.distrib_ctx(timeout=60): learn.fit(1, cbs=Boom())
+    raise AssertionError('fit should have raised')
+except RuntimeError as e: assert 'boom' in str(e)
+check_restored()
+
+# a process group created by the caller is left alone
+setup_distrib(timeout=60)
+with learn.distrib_ctx(): learn.fit(1)
+assert pg_initialized()
+check_restored()
+teardown_distrib()
+print(f'rank {rank_distrib()} OK')
