@@ -17,14 +17,14 @@ def test_raising_script_names_rank(tmp_path):
 
 def test_success_exit_code(tmp_path):
     s = tmp_path/'ok.py'
-    s.write_text('import os\nprint("world", os.environ["WORLD_SIZE"], "rank", os.environ["RANK"])\n')
+    s.write_text('import os, sys\nsys.stdout.write(f"world {os.environ[\'WORLD_SIZE\']} rank {os.environ[\'RANK\']}\\n")\n')
     r = launch(s, nproc=3)
     assert r.returncode == 0, r.stderr
     assert sorted(re.findall(r'world 3 rank \d', r.stdout)) == [f'world 3 rank {i}' for i in range(3)]
 
 def test_default_nproc_is_two_on_cpu(tmp_path):
     s = tmp_path/'ok.py'
-    s.write_text('import os\nprint("world", os.environ["WORLD_SIZE"], "threads", os.environ["OMP_NUM_THREADS"])\n')
+    s.write_text('import os, sys\nsys.stdout.write(f"world {os.environ[\'WORLD_SIZE\']} threads {os.environ[\'OMP_NUM_THREADS\']}\\n")\n')
     r = subprocess.run([sys.executable, '-m', 'distrib.launch', str(s)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert len(re.findall('world 2 threads 1', r.stdout)) == 2  # 2 cores // 2 processes
