@@ -19,12 +19,12 @@ from .learner import Learner, Callback, DataLoaders, _model_device
 # %% auto #0
 __all__ = ['convert_sync_batchnorm', 'revert_sync_batchnorm', 'DistributedTrainer']
 
-# %% ../nbs/04_distributed.ipynb #0150d042
+# %% ../nbs/04_distributed.ipynb #bbbf62a3
 def _device_for(model:nn.Module, device)->torch.device:
-    "The device to train on: `device` if given, else `cuda:LOCAL_RANK` when the model is on CUDA, else its device"
+    "The device to train on: `device` if given (an int means `cuda:<int>`), else `cuda:LOCAL_RANK` when CUDA is available, else the model's"
     if device is not None: return torch.device(f'cuda:{device}' if isinstance(device, int) else device)
-    d = _model_device(model)
-    return torch.device('cuda', local_rank_distrib()) if d.type == 'cuda' else d
+    if torch.cuda.is_available(): return torch.device('cuda', local_rank_distrib())
+    return _model_device(model)
 
 def convert_sync_batchnorm(model:nn.Module)->list:
     """Replace, in place, every BatchNorm submodule of `model` by a `nn.SyncBatchNorm` sharing its parameters and
@@ -49,8 +49,9 @@ class DistributedTrainer(Callback):
     attached (`learn.to_distributed`). Needs an initialized default process group.
 
     Args:
-        device (torch.device|str|int, optional): device of this rank; an int means `cuda:<int>`. Default: the
-            model's device, with the CUDA index set to `LOCAL_RANK`.
+        device (torch.device|str|int, optional): device of this rank; an int means `cuda:<int>`. Default:
+            `cuda:LOCAL_RANK` when CUDA is available (the model is moved there, and stays there after detach),
+            else the model's device.
         sync_bn (bool): convert BatchNorm layers to `nn.SyncBatchNorm` (batch statistics over the global batch)
             while attached, and back on detach. CUDA only, as torch's SyncBatchNorm. Default False.
         **ddp_kwargs: passed to `DistributedDataParallel` (`find_unused_parameters`, `broadcast_buffers`, ...).
@@ -108,7 +109,7 @@ class DistributedTrainer(Callback):
         self.ddp, self.learn.model = self.learn.model, self.model
     def after_validate(self): self.learn.model = self.ddp
 
-# %% ../nbs/04_distributed.ipynb #bca55e92
+# %% ../nbs/04_distributed.ipynb #b7ce7e52
 @patch
 def to_distributed(self:Learner, device=None, sync_bn:bool=False, **ddp_kwargs)->Learner:
     """Train with DistributedDataParallel on this rank's `device` until `detach_distributed` (see
@@ -131,11 +132,11 @@ def detach_distributed(self:Learner)->Learner:
         self.remove_cb(cb)
     return self
 
-# %% ../nbs/04_distributed.ipynb #8413a0a1
+# %% ../nbs/04_distributed.ipynb #aa2bacdb
 @patch
 @contextmanager
 def distrib_ctx(self:Learner,
-                device=None,            # this rank's device; default: the model's, CUDA index = LOCAL_RANK
+                device=None,            # this rank's device; default: cuda:LOCAL_RANK if CUDA is available, else the model's
                 sync_bn:bool=False,     # BatchNorm -> SyncBatchNorm for the duration (CUDA only)
                 backend:str|None=None,  # process-group backend; default 'nccl' for CUDA, 'gloo' for CPU
                 timeout:float|datetime.timedelta=DEFAULT_TIMEOUT, # seconds a collective waits for peers
