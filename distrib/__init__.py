@@ -6,9 +6,10 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/06_api.ipynb #ece8f3e2
+# %% ../nbs/06_api.ipynb #b4b86dd3
 from .core import (rank_distrib, num_distrib, local_rank_distrib, pg_initialized, check_distrib_env,
                           default_backend, setup_distrib, teardown_distrib, distrib_barrier, rank0_first, DEFAULT_TIMEOUT)
+from .collectives import broadcast_object, all_reduce_mean, gather_object
 from .data import DistributedDL, shard_idxs
 from .learner import (Learner, DataLoaders, Callback, Recorder, ProgressCallback, GatherPreds, Metric, AvgMetric,
                              AvgLoss, accuracy, unwrap_model, events, CancelFitException, CancelEpochException,
