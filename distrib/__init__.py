@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/06_api.ipynb #b4b86dd3
+# %% ../nbs/06_api.ipynb #ece8f3e2
 from .core import (rank_distrib, num_distrib, local_rank_distrib, pg_initialized, check_distrib_env,
                           default_backend, setup_distrib, teardown_distrib, distrib_barrier, rank0_first, DEFAULT_TIMEOUT)
 from .collectives import broadcast_object, all_reduce_mean, gather_object
@@ -15,5 +15,7 @@ from .learner import (Learner, DataLoaders, Callback, Recorder, ProgressCallback
                              AvgLoss, accuracy, unwrap_model, events, CancelFitException, CancelEpochException,
                              CancelTrainException, CancelValidException, CancelBatchException,
                              CancelBackwardException, CancelStepException)
-from .parallel import ParallelTrainer
-from .distributed import DistributedTrainer
+from .parallel import ParallelTrainer, ParallelModule
+from .distributed import DistributedTrainer, DistributedModule
+from .accumulate import GradientAccumulation, SYNC_STRATEGIES
+from .mixed_precision import MixedPrecision
