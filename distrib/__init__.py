@@ -6,13 +6,16 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/06_api.ipynb #22e89ef7
+# %% ../nbs/06_api.ipynb #781153a0
 from .core import (rank_distrib, num_distrib, local_rank_distrib, pg_initialized, check_distrib_env,
                           default_backend, setup_distrib, teardown_distrib, distrib_barrier, rank0_first, DEFAULT_TIMEOUT)
+from .collectives import broadcast_object, all_reduce_mean, gather_object
 from .data import DistributedDL, shard_idxs
 from .learner import (Learner, DataLoaders, Callback, Recorder, ProgressCallback, GatherPreds, Metric, AvgMetric, AccumMetric,
                              AvgLoss, accuracy, unwrap_model, events, CancelFitException, CancelEpochException,
                              CancelTrainException, CancelValidException, CancelBatchException,
                              CancelBackwardException, CancelStepException)
-from .parallel import ParallelTrainer
-from .distributed import DistributedTrainer, convert_sync_batchnorm, revert_sync_batchnorm
+from .parallel import ParallelTrainer, ParallelModule
+from .distributed import DistributedTrainer, DistributedModule, convert_sync_batchnorm, revert_sync_batchnorm
+from .accumulate import GradientAccumulation, SYNC_STRATEGIES
+from .mixed_precision import MixedPrecision

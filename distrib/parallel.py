@@ -10,11 +10,21 @@ from fastcore.basics import patch
 from .learner import Learner, Callback
 
 # %% auto #0
-__all__ = ['ParallelTrainer']
+__all__ = ['ParallelModule', 'ParallelTrainer']
 
-# %% ../nbs/03_parallel.ipynb #d7d6d275
+# %% ../nbs/03_parallel.ipynb #43d94e0e
+class ParallelModule(nn.DataParallel):
+    """`torch.nn.DataParallel` (same arguments) whose `reset()` is the wrapped module's: `learn.model.reset()` works
+    while wrapped. Raises what `DataParallel` raises."""
+    @property
+    def reset(self):
+        "The wrapped module's `reset` (an RNN clears its hidden state with it); AttributeError when it has none"
+        return self.module.reset
+
+# %% ../nbs/03_parallel.ipynb #24544ae6
 class ParallelTrainer(Callback):
-    """Wrap `learn.model` in `torch.nn.DataParallel(model, device_ids)` while attached (`learn.to_parallel`).
+    """Wrap `learn.model` in `ParallelModule(model, device_ids)`, a `torch.nn.DataParallel`, while attached
+    (`learn.to_parallel`).
 
     Args:
         device_ids (list[int], optional): the CUDA devices to split batches over. Default: all visible ones."""
@@ -23,7 +33,7 @@ class ParallelTrainer(Callback):
     def wrap(self):
         "Replace `learn.model` by its DataParallel wrapper"
         self.model = self.learn.model
-        self.learn.model = nn.DataParallel(self.model, device_ids=self.device_ids)
+        self.learn.model = ParallelModule(self.model, device_ids=self.device_ids)
     def unwrap(self):
         "Put the original model back in `learn.model`"
         if self.model is not None: self.learn.model, self.model = self.model, None

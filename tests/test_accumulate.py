@@ -1,0 +1,34 @@
+"""GradientAccumulation and MixedPrecision over two gloo processes. One launch runs every check
+(tests/scripts/accumulate.py); each test reads its lines."""
+import re
+import pytest
+from conftest import launch, SCRIPTS
+
+@pytest.fixture(scope='module')
+def out():
+    r = launch(SCRIPTS/'accumulate.py', nproc=2, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr[-5000:]
+    return r.stdout
+
+def checked(out, name): return re.search(rf'^CHECK {name} OK', out, re.M) is not None
+
+@pytest.mark.parametrize('strategy', ['single_auto_sync', 'multi_auto_sync', 'forced_sync'])
+def test_strategy_matches_one_process_full_batch(out, strategy):
+    "Weights equal (rtol 1e-5) to one process with batches of n_acc"
+    assert checked(out, f'{strategy}_weights'), out
+
+@pytest.mark.parametrize('strategy', ['single_auto_sync', 'multi_auto_sync', 'forced_sync'])
+def test_strategy_allreduce_count(out, strategy):
+    "single: one DDP all-reduce per optimizer step; multi: one per micro-batch; forced: none (its own all-reduce)"
+    assert checked(out, f'{strategy}_allreduces'), out
+
+def test_default_strategy(out):
+    assert checked(out, 'default_single') and checked(out, 'default_find_unused_multi'), out
+    assert checked(out, 'default_static_graph_multi') and checked(out, 'static_graph_refuses_no_sync'), out
+
+def test_n_acc_not_a_multiple(out):
+    assert checked(out, 'overshoot_mean'), out
+
+def test_mixed_precision_under_ddp(out):
+    assert checked(out, 'bf16_ddp') and checked(out, 'bf16_ddp_accumulate'), out
+    for s in ['single_auto_sync', 'multi_auto_sync', 'forced_sync']: assert checked(out, f'fp16_scaler_ddp_{s}'), out
