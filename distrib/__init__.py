@@ -6,13 +6,15 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/06_api.ipynb #ece8f3e2
+# %% ../nbs/06_api.ipynb #6f12830e
 from .core import (rank_distrib, num_distrib, local_rank_distrib, pg_initialized, check_distrib_env,
-                          default_backend, setup_distrib, teardown_distrib, distrib_barrier, rank0_first, DEFAULT_TIMEOUT)
+                          default_backend, setup_distrib, teardown_distrib, distrib_barrier, rank0_first, DEFAULT_TIMEOUT,
+                          CollectiveTimeoutError, collective_timeout_error, is_peer_failure)
 from .data import DistributedDL, shard_idxs
 from .learner import (Learner, DataLoaders, Callback, Recorder, ProgressCallback, GatherPreds, Metric, AvgMetric,
                              AvgLoss, accuracy, unwrap_model, events, CancelFitException, CancelEpochException,
                              CancelTrainException, CancelValidException, CancelBatchException,
                              CancelBackwardException, CancelStepException)
 from .parallel import ParallelTrainer
-from .distributed import DistributedTrainer
+from .distributed import DistributedTrainer, preflight_check
+from .nb_launch import notebook_launch
