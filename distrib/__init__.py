@@ -6,9 +6,10 @@ __version__ = "0.1.0"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/06_api.ipynb #781153a0
+# %% ../nbs/06_api.ipynb #87def59d
 from .core import (rank_distrib, num_distrib, local_rank_distrib, pg_initialized, check_distrib_env,
-                          default_backend, setup_distrib, teardown_distrib, distrib_barrier, rank0_first, DEFAULT_TIMEOUT)
+                          default_backend, setup_distrib, teardown_distrib, distrib_barrier, rank0_first, DEFAULT_TIMEOUT,
+                          CollectiveTimeoutError, collective_timeout_error, is_peer_failure)
 from .collectives import broadcast_object, all_reduce_mean, gather_object
 from .data import DistributedDL, shard_idxs
 from .learner import (Learner, DataLoaders, Callback, Recorder, ProgressCallback, GatherPreds, Metric, AvgMetric, AccumMetric,
@@ -16,6 +17,8 @@ from .learner import (Learner, DataLoaders, Callback, Recorder, ProgressCallback
                              CancelTrainException, CancelValidException, CancelBatchException,
                              CancelBackwardException, CancelStepException)
 from .parallel import ParallelTrainer, ParallelModule
-from .distributed import DistributedTrainer, DistributedModule, convert_sync_batchnorm, revert_sync_batchnorm
+from .distributed import (DistributedTrainer, DistributedModule, convert_sync_batchnorm, revert_sync_batchnorm,
+                                 preflight_check)
 from .accumulate import GradientAccumulation, SYNC_STRATEGIES
 from .mixed_precision import MixedPrecision
+from .nb_launch import notebook_launch

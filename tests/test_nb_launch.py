@@ -1,0 +1,46 @@
+"notebook_launch: rank 0's result comes back; a worker's fault is re-raised in the caller, naming the rank, quickly"
+import os, time
+import pytest, torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from distrib import notebook_launch, Learner, DataLoaders, Callback, rank_distrib, num_distrib, pg_initialized
+
+def place():
+    "Where this worker is: (rank, world size, MASTER_ADDR) from the process group and the environment"
+    import distrib
+    distrib.setup_distrib(timeout=30)
+    try: return rank_distrib(), num_distrib(), os.environ['MASTER_ADDR'], torch.get_num_threads()
+    finally: distrib.teardown_distrib()
+
+class Boom(Callback):
+    def before_batch(self):
+        if rank_distrib() == 1 and self.learn.iter == 3:
+            print(f"FAULT_AT {time.time()}", flush=True)
+            raise ValueError('bad batch on purpose')
+
+def fit_with_fault():
+    x = torch.randn(800, 3); y = x.sum(1, keepdim=True)
+    dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=4), DataLoader(TensorDataset(x, y), batch_size=8))
+    learn = Learner(dls, nn.Linear(3, 1), nn.functional.mse_loss)
+    learn.progress.enabled = False
+    with learn.distrib_ctx(timeout=60): learn.fit(2, cbs=Boom())
+
+def test_returns_rank0_result_fork():
+    test = notebook_launch(place, nprocs=3, timeout=120, start_method='fork')
+    assert test == (0, 3, '127.0.0.1', 1)  # rank 0 of 3; forked workers compute on one thread
+    assert not pg_initialized()  # the caller has no process group of its own
+
+def test_spawn_importable_fn():
+    rank, world, addr, threads = notebook_launch(place, nprocs=2, timeout=120, start_method='spawn')
+    assert (rank, world, addr) == (0, 2, '127.0.0.1') and threads == max(1, (os.cpu_count() or 1) // 2)
+
+def test_fault_in_fit_reraised_with_rank(capfd):
+    "Rank 1 raises in fit while rank 0 waits in the all-reduce: the caller gets rank 1's ValueError, not rank 0's peer error"
+    start = time.time()
+    with pytest.raises(ValueError, match='bad batch on purpose') as info:
+        notebook_launch(fit_with_fault, nprocs=2, timeout=120)
+    end = time.time()
+    assert 'rank 1 of 2' in info.value.__notes__[0] and 'in before_batch' in str(info.value.__cause__)
+    fault_at = float(capfd.readouterr().out.split('FAULT_AT ')[1].split()[0])
+    print(f"\nFAULT-TIME notebook_launch, rank 1 raises in before_batch: ended {end - fault_at:.1f} s after the fault")
+    assert end - start < 60 and end - fault_at < 30
