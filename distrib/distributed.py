@@ -195,7 +195,7 @@ def detach_distributed(self:Learner)->Learner:
         self.remove_cb(cb)
     return self
 
-# %% ../nbs/04_distributed.ipynb #983752ca
+# %% ../nbs/04_distributed.ipynb #e9dad348
 @patch
 @contextmanager
 def distrib_ctx(self:Learner,
@@ -210,9 +210,10 @@ def distrib_ctx(self:Learner,
     the body raises, `detach_distributed` and destroy the process group if it was created here. A no-op in a world
     of one process. Raises `ValueError` for an unknown `comm_hook` and `TypeError` for an option DDP does not take
     (checked first, also in a single process), and what `setup_distrib` and `to_distributed` raise.
-    When the body raises, the group is destroyed at once, without a barrier, even one the caller created: peers
-    blocked in a collective this rank will never join then fail at once instead of after `timeout`. A collective
-    that timed out is re-raised as `CollectiveTimeoutError`, naming the collective."""
+    When the body raises, a group created here is destroyed at once, without a barrier: peers blocked in a
+    collective this rank will never join then fail at once instead of after `timeout` (a group the caller created
+    is the caller's to destroy: `teardown_distrib()` in a `finally` skips the barrier as well). A collective that
+    timed out is re-raised as `CollectiveTimeoutError`, naming the collective."""
     _check_comm_hook(comm_hook)
     _check_ddp_kwargs(ddp_kwargs)
     created = setup_distrib(_device_for(self.model, device), backend=backend, timeout=timeout)
@@ -226,7 +227,7 @@ def distrib_ctx(self:Learner,
             self.detach_distributed()
             gc.collect()  # free the DDP reducer before the process group goes
     except BaseException as e:
-        teardown_distrib(barrier=False)  # peers may wait in a collective this rank never joins: no barrier
+        if created: teardown_distrib(barrier=False)  # peers may wait in a collective this rank never joins
         err = collective_timeout_error(e)
         if err is not None: raise err from e
         raise
