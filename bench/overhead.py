@@ -19,13 +19,14 @@ Every process runs with `torch.set_num_threads(1)` (and OMP_NUM_THREADS=1).
 - dispatch: a fit whose model, loss and optimizer do nothing (identity model, a loss whose backward is a no-op, a
   no-op optimizer) over 20,000 prebuilt batches: the Learner's time per batch minus the plain loop's doing the same
   calls is what its events and default callbacks (Recorder, ProgressCallback) cost per batch.
+On the Learner side the progress bar is drawn (to a sink that says it is a terminal), as in an interactive run.
 - data: iterating rank 0's shard (W=2, batch 64, shuffle) of the training set, 4 epochs: `DistributedDL` vs
   `DataLoader` + `DistributedSampler`, with num_workers 0 and 2 (persistent workers: worker start-up not timed).
   Both must give the same batches (checked).
 
 The machine should be otherwise idle: check `uptime` (the load is printed in the table's title).
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, time, datetime
+import argparse, contextlib, datetime, io, json, os, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 import torch
@@ -114,6 +115,16 @@ def noop_plain(batches):
 # ---------------------------------------------------------------------------------------------------------------
 # Workers: each prints/writes its figures as JSON
 
+class _Terminal(io.TextIOBase):
+    "Says it is a terminal and discards what it is given: the Learner's progress bar is drawn as in an interactive run"
+    def isatty(self): return True
+    def writable(self): return True
+    def write(self, s): return len(s)
+
+def _drawn(f):
+    "`f()` with `sys.stderr` a `_Terminal`, so tqdm draws the bar (it switches itself off when stderr is not a terminal)"
+    with contextlib.redirect_stderr(_Terminal()): return f()
+
 def _barrier_time(f):
     "Seconds `f()` takes, from a barrier to its end, on the slowest rank; and `f()`'s result"
     dist.barrier()
@@ -146,7 +157,7 @@ def worker_ddp(kind, runs):
             dls = DataLoaders(DataLoader(train_ds, batch_size=BS, shuffle=True), DataLoader(valid_ds, batch_size=BS))
             learn = Learner(dls, make_model(), F.cross_entropy, metrics=accuracy)
             with learn.distrib_ctx():
-                t, _ = _barrier_time(lambda: learn.fit(EPOCHS))
+                t, _ = _barrier_time(lambda: _drawn(lambda: learn.fit(EPOCHS)))
             res = learn.recorder.values[-1]
             if i: times.append(t)
     out = dict(steps_per_s=[steps/t for t in times], result=res)
@@ -170,7 +181,7 @@ def worker_single(reps, runs):
         model = make_model()
         learn = Learner(DataLoaders(*loaders()), model, F.cross_entropy, metrics=accuracy)
         learn.logger = lambda *a: None  # the epoch table would interleave with ours
-        t0 = time.perf_counter(); learn.fit(EPOCHS); return time.perf_counter() - t0, learn.recorder.values[-1]
+        t0 = time.perf_counter(); _drawn(lambda: learn.fit(EPOCHS)); return time.perf_counter() - t0, learn.recorder.values[-1]
     return _alternate(dict(a=plain, b=learner), reps, runs, lambda t: steps/t)
 
 def worker_dispatch(reps, runs, n=20_000):
@@ -183,7 +194,7 @@ def worker_dispatch(reps, runs, n=20_000):
     def learner():
         learn = Learner(DataLoaders(batches), _Nothing(), _no_loss, opt_func=_NoOpt)
         learn.logger = lambda *a: None
-        t0 = time.perf_counter(); learn.fit(1); return time.perf_counter() - t0, None
+        t0 = time.perf_counter(); _drawn(lambda: learn.fit(1)); return time.perf_counter() - t0, None
     return _alternate(dict(a=plain, b=learner), reps, runs, lambda t: t/n*1e6)
 
 def worker_data(reps, runs, nw, epochs=4):
