@@ -26,7 +26,7 @@ On the Learner side the progress bar is drawn (to a sink that says it is a termi
 
 The machine should be otherwise idle: check `uptime` (the load is printed in the table's title).
 """
-import argparse, contextlib, datetime, io, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, contextlib, datetime, gc, io, json, os, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 import torch
@@ -150,6 +150,7 @@ def worker_ddp(kind, runs):
             t, res = _barrier_time(lambda: raw_fit(ddp, train_dl, valid_dl, ts))
             if i: times.append(t)
             del ddp
+            gc.collect()  # free the DDP reducer now, as distrib_ctx does on exit (untimed on both sides)
     else:
         from distrib import Learner, DataLoaders, accuracy, setup_distrib
         setup_distrib(timeout=120)  # kept for every run: distrib_ctx then only wraps and unwraps
@@ -161,6 +162,7 @@ def worker_ddp(kind, runs):
             res = learn.recorder.values[-1]
             if i: times.append(t)
     out = dict(steps_per_s=[steps/t for t in times], result=res)
+    dist.barrier()  # no collective in flight when the group goes: gloo may abort otherwise (pytorch#56297)
     dist.destroy_process_group()
     return out if dist_rank0() else None
 
