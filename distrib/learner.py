@@ -58,7 +58,7 @@ class DataLoaders:
     def valid(self): return self.loaders[1]
     def __repr__(self): return f"DataLoaders({', '.join(type(o).__name__ for o in self.loaders)})"
 
-# %% ../nbs/02_learner.ipynb #71df9d37
+# %% ../nbs/02_learner.ipynb #a09781f2
 def _find_bs(b)->int:
     "Batch size of `b`: the first dim of its first tensor"
     for o in b:
@@ -81,10 +81,18 @@ class AvgMetric(Metric):
     "Sample average of `func(pred, *yb)` (which returns a batch mean), summed over ranks by `sync` (fastai's AvgMetric)"
     def __init__(self, func): self.func = func
     def reset(self): self.total, self.count = torch.zeros((), dtype=torch.float64), 0
+    @property
+    def total(self)->torch.Tensor:
+        "Sum of `func(pred, *yb)*bs` over the batches since `reset`: a float64 0-d tensor"
+        return self._total + self._host if self._host else self._total
+    @total.setter
+    def total(self, t:torch.Tensor): self._total, self._host = t, 0.
     def _batch_value(self, learn): return self.func(learn.pred, *learn.yb)
     def accumulate(self, learn):
         bs = _find_bs(learn.yb)
-        self.total = self.total.to(learn.pred.device) + self._batch_value(learn).detach().double()*bs
+        v = self._batch_value(learn)
+        if v.is_cpu and v.numel() == 1: self._host += v.item()*bs  # CPU: no device to wait for (see above)
+        else: self._total = self._total.to(v.device) + v.detach().double()*bs
         self.count += bs
     def sync(self, dl=None):
         "Sum `total` and `count` over all ranks (an all-reduce); every rank must call it"
@@ -132,11 +140,13 @@ def accuracy(inp:torch.Tensor, # predictions, shape (bs, n_classes) of scores
     "Fraction of rows of `inp` whose argmax along `axis` equals `targ` (fastai's `accuracy`)"
     return (inp.argmax(dim=axis) == targ).float().mean()
 
-# %% ../nbs/02_learner.ipynb #5ee24d08
-def _to_device(b, device):
-    "Move the tensors of `b` (nested tuples/lists/dicts) to `device`"
-    if isinstance(b, torch.Tensor): return b.to(device, non_blocking=True)
-    if isinstance(b, (list, tuple)): return type(b)(_to_device(o, device) for o in b)
+# %% ../nbs/02_learner.ipynb #65253f43
+def _to_device(b, device:torch.device):
+    "Move the tensors of `b` (nested tuples/lists/dicts) to `device`; tensors already there are returned as they are"
+    if isinstance(b, torch.Tensor): return b if b.device == device else b.to(device, non_blocking=True)
+    if isinstance(b, (list, tuple)):
+        r = [_to_device(o, device) for o in b]
+        return r if type(b) is list else type(b)(r)
     if isinstance(b, dict): return {k: _to_device(v, device) for k,v in b.items()}
     return b
 
@@ -150,6 +160,9 @@ def unwrap_model(model:nn.Module)->nn.Module:
     "`model` without its `DistributedDataParallel`/`DataParallel` wrappers (whose `.module` is the wrapped model)"
     while isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)): model = model.module
     return model
+
+# each level's (before, after_cancel, after) event names, built once rather than formatted at every event
+_level_events = {e[7:]: (e, f'after_cancel_{e[7:]}', f'after_{e[7:]}') for e in events if e.startswith('before_')}
 
 class Learner:
     """A callback-based training loop with fastai's signatures and event protocol.
@@ -221,9 +234,14 @@ class Learner:
 
     def _with_events(self, f, name:str, ex):
         "Run `before_{name}`, `f()`, then `after_{name}`; `ex` raised in `before_{name}` or `f` runs `after_cancel_{name}`"
-        try: self(f'before_{name}'); f()
-        except ex: self(f'after_cancel_{name}')
-        self(f'after_{name}')
+        before, cancel, after = _level_events[name]
+        # as `self(event)`, inlined: this runs 3 times per batch. The lists are looked up at each event.
+        try:
+            for h in self._handlers[before]: h()
+            f()
+        except ex:
+            for h in self._handlers[cancel]: h()
+        for h in self._handlers[after]: h()
 
     # The levels of the loop, innermost first
     def _split_batch(self, b):
