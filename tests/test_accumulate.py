@@ -1,16 +1,10 @@
 """GradientAccumulation and MixedPrecision over two gloo processes. One launch runs every check
 (tests/scripts/accumulate.py); each test reads its lines."""
-import re
 import pytest
-from conftest import launch, SCRIPTS
+from conftest import launch_ok, checked, SCRIPTS
 
 @pytest.fixture(scope='module')
-def out():
-    r = launch(SCRIPTS/'accumulate.py', nproc=2, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr[-5000:]
-    return r.stdout
-
-def checked(out, name): return re.search(rf'^CHECK {name} OK', out, re.M) is not None
+def out(): return launch_ok(SCRIPTS/'accumulate.py')
 
 @pytest.mark.parametrize('strategy', ['single_auto_sync', 'multi_auto_sync', 'forced_sync'])
 def test_strategy_matches_one_process_full_batch(out, strategy):

@@ -1,16 +1,10 @@
 """DDP options, communication hooks, the find_unused_parameters hint and RNN reset() under distrib_ctx, over two gloo
 processes. One launch runs every check (tests/scripts/ddp_options.py); each test reads its lines."""
-import re
 import pytest
-from conftest import launch, SCRIPTS
+from conftest import launch_ok, checked, SCRIPTS
 
 @pytest.fixture(scope='module')
-def out():
-    r = launch(SCRIPTS/'ddp_options.py', nproc=2, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr[-5000:]
-    return r.stdout
-
-def checked(out, name): return re.search(rf'^CHECK {name} OK', out, re.M) is not None
+def out(): return launch_ok(SCRIPTS/'ddp_options.py')
 
 def test_options_reach_ddp(out):
     for name in ['ddp_options', 'ddp_static_graph', 'ddp_unknown_option']: assert checked(out, name), out
