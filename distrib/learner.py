@@ -351,19 +351,17 @@ class Learner:
             self.opt.load_state_dict(state['opt'])
         return self
 
-# %% ../nbs/02_learner.ipynb #b68e6054
+# %% ../nbs/02_learner.ipynb #fc13b1b4
 class Recorder(Callback):
     "Record train loss, valid loss and metrics per epoch in `values`; `metric_names` names the columns"
     order = 50
-    def __init__(self): self.values, self.log = [], []
-    def before_fit(self):
-        self.values, self.train_loss, self.valid_loss = [], AvgLoss(), AvgLoss()
+    def __init__(self): self.values, self.log, self.train_loss, self.valid_loss = [], [], AvgLoss(), AvgLoss()
+    def before_fit(self): self.values = []
     @property
     def metric_names(self)->list: return ['epoch', 'train_loss', 'valid_loss'] + [m.name for m in self.learn.metrics] + ['time']
     def before_epoch(self): self.start = time.perf_counter()
     def before_train(self): self.train_loss.reset()
     def before_validate(self):
-        if not hasattr(self, 'valid_loss'): self.valid_loss = AvgLoss()
         for m in [self.valid_loss] + self.learn.metrics: m.reset()
     def after_batch(self):
         if not self.learn.yb: return
@@ -384,7 +382,7 @@ class Recorder(Callback):
         self.values.append(vals)
         self.epoch_time = time.perf_counter() - self.start
 
-# %% ../nbs/02_learner.ipynb #9e721d46
+# %% ../nbs/02_learner.ipynb #3d302afc
 def _fmt(v)->str: return '' if v is None else f'{v:.6f}' if isinstance(v, float) else str(v)
 
 class ProgressCallback(Callback):
@@ -395,7 +393,6 @@ class ProgressCallback(Callback):
         if self.enabled: self.learn.logger('  '.join(f'{n:>10}' for n in self.learn.recorder.metric_names))
     def _open(self, desc):
         if self.enabled: self.bar = tqdm(total=self.learn.n_iter, desc=desc, leave=False, file=sys.stderr, mininterval=0.5, disable=None)
-    def before_train(self): self.pending = 0
     def after_batch(self):
         if self.bar is None:
             if not self.enabled or self.learn.iter: return
@@ -412,7 +409,7 @@ class ProgressCallback(Callback):
         self.learn.logger('  '.join(f'{_fmt(v):>10}' for v in [self.learn.epoch, *r.values[-1], t]))
     def after_fit(self): self._close()
 
-# %% ../nbs/02_learner.ipynb #927abc83
+# %% ../nbs/02_learner.ipynb #7d535b46
 class GatherPreds(Callback):
     "Collect `pred` and `yb[0]` of every batch of a pass; `preds`/`targs` are concatenated along the first dim"
     order = 40
