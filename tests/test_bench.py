@@ -1,0 +1,49 @@
+"bench/overhead.py: its loops compute what they claim, and the script runs end to end (figures printed, not judged)"
+import importlib.util, json, subprocess, sys
+import pytest, torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+from fastcore.basics import noop
+from conftest import ROOT
+from distrib import Learner, DataLoaders, accuracy
+
+@pytest.fixture(scope='module')
+def bench():
+    spec = importlib.util.spec_from_file_location('overhead', ROOT/'bench'/'overhead.py')
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+def _loaders(ds):
+    train_ds, valid_ds = ds
+    return (DataLoader(train_ds, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0)),
+            DataLoader(valid_ds, batch_size=64))
+
+@pytest.mark.parametrize('every,lead', [(1, False), (3, True)])
+def test_lockstep_changes_neither_loop(bench, every, lead):
+    "Taking turns (A pausing inside its no_grad validation while B trains, with every=3) gives each loop's own result"
+    torch.set_num_threads(1)
+    ds = bench.make_data()
+    alone = bench.raw_fit(bench.make_model(), *_loaders(ds))
+    with pytest.raises(StopIteration) as e: next(alone)
+    alone = e.value.value
+    learn = Learner(DataLoaders(*_loaders(ds)), bench.make_model(), F.cross_entropy, metrics=accuracy)
+    learn.logger = noop
+    t_a, t_b, res_a, res_b = bench.lockstep(learn, bench.raw_fit(bench.make_model(), *_loaders(ds), every=every), every, lead)
+    assert torch.is_grad_enabled()
+    assert t_a > 0 and t_b > 0
+    assert res_a == alone
+    assert max(abs(x - y) for x, y in zip(res_a, res_b)) < 1e-6
+
+def test_script_runs(tmp_path):
+    "The whole script with the fewest repetitions: every section reports, both sides did the same work"
+    r = subprocess.run([sys.executable, str(ROOT/'bench'/'overhead.py'), '--reps', '3', '--runs', '1'],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert 'B/A' in r.stdout
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    for k in ('ddp', 'single'):
+        assert res[k]['same_result'] and res[k]['max_result_diff'] < 1e-4, res[k]
+        assert len(res[k]['a_reps']) == len(res[k]['b_reps']) == 3 and min(res[k]['a_reps'] + res[k]['b_reps']) > 0
+    for k in ('data_nw0', 'data_nw2'): assert res[k]['same_batches'], res[k]
+    assert res['dispatch']['b'] > 0
