@@ -45,6 +45,7 @@ from fastcore.basics import noop
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's distrib
 from distrib import Callback
+
 N_TRAIN, N_VALID, BS, EPOCHS, LR, W = 8192, 2048, 64, 2, 1e-3, 2
 TARGETS = dict(ddp=0.98, single=0.98, data_nw0=1.0, data_nw2=1.0, dispatch_us=20.0)
 
