@@ -32,7 +32,7 @@ On the Learner side the progress bar is drawn (to a sink that says it is a termi
 
 The machine should be otherwise idle: check `uptime` (the load is printed in the table's title).
 """
-import argparse, contextlib, datetime, gc, io, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, contextlib, gc, io, json, os, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 import torch
@@ -343,7 +343,7 @@ def main():
     if a.every < 1 or a.runs < 1: p.error('--every and --runs must be >= 1')
     sections = a.sections.split(',')
     load0, t0 = os.getloadavg()[0], time.time()
-    figs, rows = {}, []
+    figs = {}
     with tempfile.TemporaryDirectory() as tmp:
         def job(*args): return _job([*args, '--reps', str(a.reps), '--runs', str(a.runs), '--every', str(a.every)],
                                     str(Path(tmp)/'out.json'))
