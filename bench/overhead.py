@@ -56,6 +56,12 @@ def make_data():
     y = (x @ torch.randn(784, 10, generator=g)).argmax(1)
     return TensorDataset(x[:N_TRAIN], y[:N_TRAIN]), TensorDataset(x[N_TRAIN:], y[N_TRAIN:])
 
+def seeded_loaders(train_ds, valid_ds):
+    """A shuffling training loader with its own generator (seeded 0) and a validation loader: two calls give the same
+    order, however their iterations interleave (the global RNG is not drawn from)"""
+    return (DataLoader(train_ds, batch_size=BS, shuffle=True, generator=torch.Generator().manual_seed(0)),
+            DataLoader(valid_ds, batch_size=BS))
+
 def make_model():
     torch.manual_seed(0)  # the same init on both sides
     return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
@@ -232,13 +238,9 @@ def worker_single(reps:int, every:int):
     # Each side reads its own copy of the data: the same samples in the same order, but a batch one side just read is
     # not in the cache for the other
     data = dict(a=make_data(), b=make_data())
-    def loaders(k):  # each shuffling loader has its own generator: the same order on both sides, however they interleave
-        train_ds, valid_ds = data[k]
-        return (DataLoader(train_ds, batch_size=BS, shuffle=True, generator=torch.Generator().manual_seed(0)),
-                DataLoader(valid_ds, batch_size=BS))
     def pair(lead):
-        loop = raw_fit(make_model(), *loaders('a'), every=every)
-        learn = Learner(DataLoaders(*loaders('b')), make_model(), F.cross_entropy, metrics=accuracy)
+        loop = raw_fit(make_model(), *seeded_loaders(*data['a']), every=every)
+        learn = Learner(DataLoaders(*seeded_loaders(*data['b'])), make_model(), F.cross_entropy, metrics=accuracy)
         learn.logger = noop
         return lockstep(learn, loop, every, lead)
     return _pairs(pair, reps, EPOCHS * (N_TRAIN // BS))

@@ -2,7 +2,6 @@
 import importlib.util, json, subprocess, sys
 import pytest, torch
 from torch.nn import functional as F
-from torch.utils.data import DataLoader
 from fastcore.basics import noop
 from conftest import ROOT
 from distrib import Learner, DataLoaders, accuracy
@@ -14,22 +13,17 @@ def bench():
     spec.loader.exec_module(mod)
     return mod
 
-def _loaders(ds):
-    train_ds, valid_ds = ds
-    return (DataLoader(train_ds, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0)),
-            DataLoader(valid_ds, batch_size=64))
-
 @pytest.mark.parametrize('every,lead', [(1, False), (3, True)])
 def test_lockstep_changes_neither_loop(bench, every, lead):
     "Taking turns (A pausing inside its no_grad validation while B trains, with every=3) gives each loop's own result"
     torch.set_num_threads(1)
     ds = bench.make_data()
-    alone = bench.raw_fit(bench.make_model(), *_loaders(ds))
+    alone = bench.raw_fit(bench.make_model(), *bench.seeded_loaders(*ds))
     with pytest.raises(StopIteration) as e: next(alone)
     alone = e.value.value
-    learn = Learner(DataLoaders(*_loaders(ds)), bench.make_model(), F.cross_entropy, metrics=accuracy)
+    learn = Learner(DataLoaders(*bench.seeded_loaders(*ds)), bench.make_model(), F.cross_entropy, metrics=accuracy)
     learn.logger = noop
-    t_a, t_b, res_a, res_b = bench.lockstep(learn, bench.raw_fit(bench.make_model(), *_loaders(ds), every=every), every, lead)
+    t_a, t_b, res_a, res_b = bench.lockstep(learn, bench.raw_fit(bench.make_model(), *bench.seeded_loaders(*ds), every=every), every, lead)
     assert torch.is_grad_enabled()
     assert t_a > 0 and t_b > 0
     assert res_a == alone
