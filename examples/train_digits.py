@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from distrib import Learner, DataLoaders, accuracy, rank0_first, rank_distrib, num_distrib, setup_distrib, teardown_distrib
+from distrib import Learner, DataLoaders, accuracy, rank0_first, rank_distrib, num_distrib
 
 def prepare_digits(cache:Path)->dict:
     "Load digits, scale pixels to [0, 1], split 80/20 with a fixed seed; cached in `cache` (written atomically)"
@@ -37,21 +37,17 @@ def main():
     p.add_argument('--data', type=Path, default=Path('data/digits.pt'), help='cache file for the prepared data')
     args = p.parse_args()
     start = time.perf_counter()
-    setup_distrib()  # the process group, from torchrun's environment; a no-op in a single process
-    try:
-        d = rank0_first(prepare_digits, args.data)
-        dls = DataLoaders(DataLoader(TensorDataset(d['x_train'], d['y_train']), batch_size=args.bs, shuffle=True),
-                          DataLoader(TensorDataset(d['x_valid'], d['y_valid']), batch_size=2*args.bs))
-        torch.manual_seed(0)  # DDP starts every rank from rank 0's weights anyway
-        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-        learn = Learner(dls, model, nn.functional.cross_entropy, lr=args.lr, metrics=accuracy)
-        with learn.distrib_ctx():
-            learn.fit(args.epochs)
-        valid_loss, acc = learn.recorder.values[-1][1:]
-        if rank_distrib() == 0:
-            print(f"world size {num_distrib()}: valid accuracy {acc:.4f}, valid loss {valid_loss:.4f}, "
-                  f"{time.perf_counter()-start:.1f}s")
-    finally:
-        teardown_distrib()
+    d = rank0_first(prepare_digits, args.data)  # rank 0 first, then the others (who find the cache)
+    dls = DataLoaders(DataLoader(TensorDataset(d['x_train'], d['y_train']), batch_size=args.bs, shuffle=True),
+                      DataLoader(TensorDataset(d['x_valid'], d['y_valid']), batch_size=2*args.bs))
+    torch.manual_seed(0)  # DDP starts every rank from rank 0's weights anyway
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    learn = Learner(dls, model, nn.functional.cross_entropy, lr=args.lr, metrics=accuracy)
+    with learn.distrib_ctx():
+        learn.fit(args.epochs)
+    valid_loss, acc = learn.recorder.values[-1][1:]
+    if rank_distrib() == 0:  # every rank runs the whole script: print once
+        print(f"world size {num_distrib()}: valid accuracy {acc:.4f}, valid loss {valid_loss:.4f}, "
+              f"{time.perf_counter()-start:.1f}s")
 
 if __name__ == '__main__': main()

@@ -26,7 +26,8 @@ with learn.distrib_ctx(timeout=60):
     assert learn.progress.enabled == (rank_distrib() == 0)
     learn.fit(2)
 check_restored()
-assert not pg_initialized(), "distrib_ctx created the process group, so it must destroy it"
+assert pg_initialized() and num_distrib() == 2, "the process group lives as long as the process"
+assert learn.world is None
 
 class Boom(Callback):
     def before_batch(self):
@@ -37,7 +38,9 @@ try:
 except RuntimeError as e: assert 'boom' in str(e)
 check_restored()
 
-# a process group created by the caller is left alone
+# a process group created by the caller (after destroying distrib's) is used, and left alone
+teardown_distrib()
+assert not pg_initialized()
 setup_distrib(timeout=60)
 with learn.distrib_ctx(): learn.fit(1)
 assert pg_initialized()

@@ -55,7 +55,7 @@ for n_valid in sorted({4*W, 4*W + 1, max(W - 1, 1), 1}):
     model = nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
     dls = DataLoaders(DataLoader(TensorDataset(xt, yt), batch_size=4, shuffle=True),
                       DataLoader(TensorDataset(xv, yv), batch_size=3))
-    learn = Learner(dls, model, F.cross_entropy, lr=1e-2, metrics=[accuracy, AccumMetric(n_preds), AccumMetric(median_err)])
+    learn = Learner(dls, model, F.cross_entropy, lr=1e-2, metrics=[accuracy, AccumMetric(n_preds, flatten=False), AccumMetric(median_err, flatten=False)])
     with learn.distrib_ctx():
         learn.fit(2)
         vals = learn.validate()
@@ -78,13 +78,15 @@ for n_train, drop_last in [(W*B*3, False), (W*B*3 + 2*W, True)]:
     x, y = data(n_train, 3)
     torch.manual_seed(1)
     init = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).state_dict()
-    def learner(train_dl):
+    def learner(train_dl, independent=False):
         m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)); m.load_state_dict(init)
         return Learner(DataLoaders(train_dl, DataLoader(TensorDataset(x[:5], y[:5]), batch_size=5)), m, F.cross_entropy,
-                       opt_func=torch.optim.SGD, lr=0.1)
+                       opt_func=torch.optim.SGD, lr=0.1, independent=independent)
     learn = learner(DataLoader(TensorDataset(x, y), batch_size=B, shuffle=True, drop_last=drop_last))
     with learn.distrib_ctx(): learn.fit(2)
-    one = learner(DistributedDL(TensorDataset(x, y), batch_size=W*B, shuffle=True, rank=0, world_size=1, drop_last=drop_last))
+    # the single-process reference, computed in each worker: a deliberately independent run
+    one = learner(DistributedDL(TensorDataset(x, y), batch_size=W*B, shuffle=True, rank=0, world_size=1, drop_last=drop_last),
+                  independent=True)
     one.fit(2, cbs=SetEpoch())
     for p, q in zip(learn.model.parameters(), one.model.parameters()): record('training', rel(p.detach(), q.detach()), 1e-5)
     assert not torch.equal(learn.model[0].weight, init['0.weight']), "the model did not train"

@@ -1,0 +1,53 @@
+"""One world: the process group lives as long as the process, and one module says where a process stands. Each
+situation a user met, over 2 processes through the launcher, or with the environment a launcher would set."""
+import os, re, subprocess, sys, time
+import pytest
+from conftest import launch, ROOT, SCRIPTS
+
+def test_one_world_script(tmp_path):
+    "rank0_first first, fit refused without the context, the group outlives it, save readable at once, eval outside"
+    r = launch(SCRIPTS/'one_world.py', tmp_path, nproc=2, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr[-5000:]
+    for name in ['rank0_first_habit', 'fit_without_ctx_refused', 'world_in_ctx', 'group_outlives_ctx',
+                 'save_after_ctx_readable', 'eval_outside_ctx_warns_once', 'eval_outside_ctx_equal']:
+        assert sorted(re.findall(rf'^CHECK {name} OK rank (\d)', r.stdout, re.M)) == ['0', '1'], (name, r.stdout)
+
+def _run_alone(env_update, script='ctx_single.py'):
+    "Run a script as one process with the variables `env_update` on top of a clean environment"
+    drop = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'TORCHELASTIC_RUN_ID')
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(('SLURM_', 'OMPI_', 'PMI_'))}
+    env.update(env_update)
+    return subprocess.run([sys.executable, str(SCRIPTS/script)], capture_output=True, text=True, timeout=60, env=env,
+                          cwd=ROOT)
+
+def test_rank_without_world_size_fails():
+    r = _run_alone({'RANK': '1'})
+    assert r.returncode != 0
+    assert 'RANK=1 is set but WORLD_SIZE is not' in r.stderr, r.stderr[-2000:]
+
+SLURM4 = {'SLURM_PROCID': '1', 'SLURM_NTASKS': '4', 'SLURM_STEP_NUM_TASKS': '4', 'SLURM_STEP_ID': '0',
+          'SLURM_LOCALID': '1', 'SLURM_NODEID': '0', 'SLURM_STEP_TASKS_PER_NODE': '4', 'SLURM_JOB_ID': '42'}
+
+def test_slurm_four_tasks_never_four_worlds():
+    "srun -n 4 without torch's variables: one world of 4 (which needs rank 0's address), never 4 worlds of one"
+    r = _run_alone(SLURM4)
+    assert r.returncode != 0
+    assert 'slurm started this process as rank 1 of 4' in r.stderr and 'MASTER_ADDR' in r.stderr, r.stderr[-2000:]
+    r = _run_alone(dict(SLURM4, RANK='0', WORLD_SIZE='1'))
+    assert r.returncode != 0
+    assert 'slurm started 4 tasks' in r.stderr and 'WORLD_SIZE=1' in r.stderr, r.stderr[-2000:]
+
+@pytest.mark.parametrize('launcher', ['distrib.launch', 'torchrun'])
+def test_exit_after_an_exception(launcher):
+    "An uncaught exception after training, on rank 1 only: the job ends at once, the exit names it, no hang"
+    if launcher == 'torchrun':
+        cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
+               str(SCRIPTS/'exit_after_error.py'), '1']
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                           env=dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1'))
+    else: r = launch(SCRIPTS/'exit_after_error.py', '1', nproc=2, timeout=120)
+    end = time.time()
+    assert r.returncode != 0 and 'failed after training on rank 1' in r.stderr, r.stderr[-3000:]
+    at = [float(t) for t in re.findall(r'ERROR_AT ([\d.]+)', r.stdout)]
+    assert len(at) == 2, r.stdout
+    assert end - max(at) < 20, f"{end - max(at):.1f} s from the error to the job's end"
