@@ -5,10 +5,11 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/15_api.ipynb #974d0b04
+# %% ../nbs/15_api.ipynb #acdac027
 __version__ = "0.1.0"
 from .world import (World, WorldError, detect_world, current_world, rank_distrib, num_distrib,
                            local_rank_distrib, pg_initialized)
+from .clusters import expand_hostlist, requeue_slurm_job
 from .errors import CollectiveTimeoutError, collective_timeout_error, is_peer_failure, ErrorRecord, record_error
 from .group import (DEFAULT_TIMEOUT, default_backend, setup_distrib, ensure_distrib, teardown_distrib,
                            distrib_barrier, distrib_timeout, rank0_first)

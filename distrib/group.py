@@ -14,7 +14,7 @@ from .world import World, WorldError, current_world, pg_initialized
 __all__ = ['DEFAULT_TIMEOUT', 'default_backend', 'setup_distrib', 'ensure_distrib', 'distrib_timeout', 'distrib_barrier',
            'teardown_distrib', 'skip_exit_barrier', 'rank0_first']
 
-# %% ../nbs/02_group.ipynb #33c5045b
+# %% ../nbs/02_group.ipynb #72fb407d
 DEFAULT_TIMEOUT = 1800.0  # seconds a collective waits for its peers: torch's default for gloo
 
 class _State:
@@ -38,9 +38,12 @@ def _init_method(world:World)->str:
     "torch's rendezvous URL for `world`: torchrun's store, or rank 0's address given by the environment"
     if world.env in ('torchelastic', 'env'): return 'env://'
     if world.master_addr is None or world.master_port is None:
+        mpi = world.env in ('openmpi', 'mpich')
+        why = " (MPI does not say which host runs it when the job spans several nodes)" if mpi else ""
+        how = ", e.g. `mpirun -x MASTER_ADDR=<host> ...`" if mpi else ""
         raise WorldError(f"{world.env} started this process as rank {world.rank} of {world.world_size}, but the "
-                         "address of rank 0 is unknown: set MASTER_ADDR (rank 0's host) and MASTER_PORT (a free port) "
-                         "for every task, or start one `python -m distrib.launch` per node")
+                         f"address of rank 0 is unknown{why}: set MASTER_ADDR (rank 0's host) and MASTER_PORT (a free "
+                         f"port) for every task{how}, or start one `python -m distrib.launch` per node")
     return f'tcp://{world.master_addr}:{world.master_port}'
 
 def _use_device(device:torch.device|None, world:World):

@@ -2,6 +2,8 @@
 
     python -m distrib.launch --nproc_per_node 2 examples/train_digits.py   # 2 processes (gloo on CPU, NCCL on GPUs)
     python examples/train_digits.py                                        # the same script, one process
+    srun -n 2 python examples/train_digits.py                              # Slurm (see examples/slurm/)
+    mpirun -n 2 python examples/train_digits.py                            # Open MPI or MPICH
 
 Rank 0 prepares the data first (`rank0_first`) and caches it; the other ranks read the cache. `distrib_ctx`
 trains with DistributedDataParallel, each rank on its shard of every epoch; rank 0 prints the epoch table.
