@@ -40,3 +40,7 @@ def test_csv_logger_rank0(out):
 @pytest.mark.skipif(importlib.util.find_spec('tensorboard') is None, reason='tensorboard is not installed')
 def test_tensorboard_rank0(out):
     assert checked(out, 'tensorboard'), out
+
+@pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='matplotlib is not installed')
+def test_lr_find_plots_on_rank0(out):
+    assert checked(out, 'lr_find_plot_rank0'), out

@@ -41,7 +41,10 @@ def ref(fit, cbs=None, bs=2*BS, **kw):
 
 def flat(learn): return torch.cat([p.detach().flatten() for p in learn.model.parameters()])
 def f64(a): return torch.as_tensor(a, dtype=torch.float64)
-def diff(a, b): return (f64(a) - f64(b)).abs().max().item()
+def diff(a, b):
+    "Largest absolute difference of `a` and `b` (inf when their shapes differ)"
+    a, b = f64(a), f64(b)
+    return (a - b).abs().max().item() if a.shape == b.shape else math.inf
 def rel(a, b): return diff(a, b)/f64(b).abs().max().item()
 def same_on_ranks(o): return all(v == o for v in gather_object(o))
 def vals(learn): return torch.tensor(learn.recorder.values, dtype=torch.float64)
@@ -99,6 +102,18 @@ check('lr_find_one_process', tuple(a.found) == tuple(r.found) and len(a.recorder
       and loss_err <= 1e-6, f'steps={len(a.recorder.lrs)}/{len(r.recorder.lrs)} loss_rel_err={loss_err:.1e}')
 init_flat = torch.cat([v.flatten() for v in init.values()])   # state_dict order is parameters() order here
 check('lr_find_restores', torch.equal(flat(a), init_flat) and a.opt.param_groups[0]['lr'] == LR)
+
+# lr_find plots on rank 0 only, when matplotlib is installed
+try:
+    import matplotlib; matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+except ImportError as e:
+    if rank_distrib() == 0: print(f'CHECK lr_find_plot_rank0 SKIP matplotlib is not installed ({e})', flush=True)
+else:
+    plt.close('all')
+    a = ddp(lambda l: l.lr_find(1e-4, 10, num_it=40), opt_func=sgd)
+    figs = gather_object(len(plt.get_fignums()))
+    check('lr_find_plot_rank0', figs == [1, 0], f'figures per rank: {figs}')
 
 # 8. GradientClip: the global gradient, once per step; with accumulation and with a float16 scaler
 class Norms(Callback):
