@@ -55,7 +55,7 @@ def SchedPoly(start, end, power:float):
     def sched_poly(s, e, pos): return s + (e - s)*pos**power
     return _Annealer(sched_poly, start, end)
 
-# %% ../nbs/17_schedule.ipynb #d8190258
+# %% ../nbs/17_schedule.ipynb #9836b89f
 def combine_scheds(pcts:list, scheds:list):
     """A schedule running `scheds[i]` over the fraction `pcts[i]` of training (fastai's `combine_scheds`). `pcts`
     are >= 0 and sum to 1; raises `ValueError` otherwise, or when `pcts` and `scheds` differ in length."""
@@ -70,7 +70,7 @@ def combine_scheds(pcts:list, scheds:list):
         # the last schedule whose start is at or before `pos` (a zero-length one is passed over)
         i = max(j for j in range(len(scheds)) if pos >= bounds[j]) if pos >= 0 else 0
         width = bounds[i+1] - bounds[i]
-        return scheds[i](min((pos - bounds[i])/width, 1.) if width > 0 else 1.)
+        return scheds[i](min(max((pos - bounds[i])/width, 0.), 1.) if width > 0 else 1.)
     return combined
 
 def combined_cos(pct:float, start, middle, end):

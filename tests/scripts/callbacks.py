@@ -49,9 +49,13 @@ def rel(a, b): return diff(a, b)/f64(b).abs().max().item()
 def same_on_ranks(o): return all(v == o for v in gather_object(o))
 def vals(learn): return torch.tensor(learn.recorder.values, dtype=torch.float64)
 
+def say(line):
+    "Print `line` in one write, so the ranks' lines, on the same pipe, never interleave within a line"
+    sys.stdout.write(line + '\n'); sys.stdout.flush()
+
 def check(name, cond, figures=''):
     assert cond, f'{name} failed: {figures}'
-    if rank_distrib() == 0: print(f"CHECK {name} OK {figures}", flush=True)
+    if rank_distrib() == 0: say(f'CHECK {name} OK {figures}')
 
 def one_cycle(pos, top, div=25., div_final=1e5, pct=0.25):
     "fastai's one-cycle curve from its formula: start + (1 + cos(pi*(1-p)))*(end-start)/2 on each phase"
@@ -108,7 +112,7 @@ try:
     import matplotlib; matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 except ImportError as e:
-    if rank_distrib() == 0: print(f'CHECK lr_find_plot_rank0 SKIP matplotlib is not installed ({e})', flush=True)
+    if rank_distrib() == 0: say(f'CHECK lr_find_plot_rank0 SKIP matplotlib is not installed ({e})')
 else:
     plt.close('all')
     a = ddp(lambda l: l.lr_find(1e-4, 10, num_it=40), opt_func=sgd)
@@ -176,7 +180,7 @@ from distrib import TensorBoardCallback
 try: from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 except ImportError as e:
     TensorBoardCallback = None
-    if rank_distrib() == 0: print(f'CHECK tensorboard SKIP tensorboard is not installed ({e})', flush=True)
+    if rank_distrib() == 0: say(f'CHECK tensorboard SKIP tensorboard is not installed ({e})')
 else:
     tb = SCRATCH/'tb'
     a = ddp(fit, cbs=TensorBoardCallback(tb))
@@ -194,4 +198,4 @@ a = ddp(fit, cbs=only0 if rank_distrib() == 0 else None, path=SCRATCH)
 gather_object(None)
 rows = list(csv.reader(open(SCRATCH/'only0.csv')))
 check('loggers_on_rank0_only', len(rows) == 4, f'lines={len(rows)}')
-print(f'rank {rank_distrib()} done', flush=True)
+say(f'rank {rank_distrib()} done')
