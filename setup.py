@@ -46,7 +46,7 @@ setuptools.setup(
     packages = setuptools.find_packages(include=['distrib', 'distrib.*']),
     include_package_data = True,
     install_requires = requirements,
-    extras_require={ 'dev': dev_requirements },
+    extras_require={ 'dev': dev_requirements, 'tensorboard': (cfg.get('tensorboard_requirements') or '').split() },
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/15_api.ipynb #acdac027
+# %% ../nbs/15_api.ipynb #b3a1439c
 __version__ = "0.1.0"
 from .world import (World, WorldError, detect_world, current_world, rank_distrib, num_distrib,
                            local_rank_distrib, pg_initialized)
@@ -26,3 +26,9 @@ from .preflight import preflight_check
 from .accumulate import GradientAccumulation, SYNC_STRATEGIES
 from .mixed_precision import MixedPrecision
 from .nb_launch import notebook_launch
+from .schedule import (SchedLin, SchedCos, SchedNo, SchedExp, SchedPoly, combine_scheds, combined_cos,
+                              ParamScheduler, planned_steps)
+from .lr_find import LRFinder, SuggestionMethod, valley, slide, minimum, steep, plot_lr_find
+from .tracker import TerminateOnNaNCallback, TrackerCallback, EarlyStoppingCallback
+from .loggers import CSVLogger, TensorBoardCallback
+from .clip import GradientClip

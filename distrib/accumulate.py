@@ -14,7 +14,7 @@ from .metrics import _find_bs
 # %% auto #0
 __all__ = ['SYNC_STRATEGIES', 'GradientAccumulation']
 
-# %% ../nbs/13_accumulate.ipynb #24183ba3
+# %% ../nbs/13_accumulate.ipynb #2a68768c
 SYNC_STRATEGIES = ('single_auto_sync', 'multi_auto_sync', 'forced_sync')
 
 def _all_reduce_grads(params, group=None):
@@ -50,9 +50,9 @@ class GradientAccumulation(Callback):
 
     Each micro-batch's loss is scaled by `b*W/n_acc` for the backward (`b` samples on this rank, `W` ranks), so the
     step uses the mean gradient over the window's samples: the weights of one process with batches of `n_acc`.
-    `learn.gradient_accumulation.n_steps` counts the optimizer steps of the current `fit`. Runs at `order` 6,
-    before `MixedPrecision` (10), as in fastai: a callback that needs the complete gradients in `before_step`
-    needs an order above 6.
+    `learn.gradient_accumulation.n_steps` counts the optimizer steps of the current `fit`; `planned_steps(sizes)`
+    is the number of steps micro-batches of `sizes` samples give. Runs at `order` 6, before `MixedPrecision` (10),
+    as in fastai: a callback that needs the complete gradients in `before_step` needs an order above 6.
 
     Raises `ValueError` for `n_acc` < 1 or an unknown `sync_strategy`, and at `before_fit` for a strategy using
     `no_sync()` on a DDP model with `static_graph=True` (pytorch/pytorch#143580).
@@ -126,3 +126,12 @@ class GradientAccumulation(Callback):
                 if p.grad is not None: p.grad.mul_(self.n_acc/self.count)
         self.count = 0
         self.n_steps += 1
+
+    def planned_steps(self, sizes)->int:
+        """Optimizer steps taken over micro-batches of `sizes` samples each (counted over all ranks), from an empty
+        window: what a schedule (`ParamScheduler`) needs to know before the fit"""
+        count = steps = 0
+        for s in sizes:
+            count += s
+            if count >= self.n_acc: count, steps = 0, steps + 1
+        return steps
