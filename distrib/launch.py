@@ -17,8 +17,8 @@ from .errors import ErrorRecord, Failure, root_failure
 
 # %% auto #0
 __all__ = ['SHUTDOWN_TIMEOUT', 'LaunchError', 'default_nproc', 'help_text', 'wants_help', 'gpu_devices', 'build_args',
-           'check_values', 'cpu_warning', 'local_store', 'run_log_dir', 'failures', 'failure_summary',
-           'distinct_tracebacks', 'torchrun_logs', 'waiting_line', 'main']
+           'check_values', 'cpu_warning', 'localhost_store', 'local_store', 'run_log_dir', 'failures',
+           'failure_summary', 'distinct_tracebacks', 'torchrun_logs', 'waiting_line', 'main']
 
 # %% ../nbs/11_launch.ipynb #a6a1e062
 class LaunchError(ValueError):
@@ -215,7 +215,7 @@ def cpu_warning(args, cores:int|None=None, cuda:bool|None=None)->str|None:
     return (f"distrib.launch: warning: {args.nproc_per_node} CPU processes on {cores} cores: they share the cores, "
             f"so each one runs slower than with --nproc_per_node {cores} or fewer")
 
-# %% ../nbs/11_launch.ipynb #627a5a99
+# %% ../nbs/11_launch.ipynb #fc8ac2b4
 def _listen(host:str, port:int, what:str)->socket.socket:
     "A TCP socket listening on `host:port` (0: a free port); `LaunchError` naming `what` when the port is taken"
     s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
@@ -228,6 +228,17 @@ def _listen(host:str, port:int, what:str)->socket.socket:
         if e.errno != errno.EADDRINUSE: raise LaunchError(f"{what} {port}: cannot listen on it ({e.strerror})")
         raise LaunchError(f"{what} {port}: the port is in use (another job, or another program)") from None
     return s
+
+def localhost_store(port:int=0, what:str='--master_port')->dist.TCPStore:
+    """A TCP store server listening on 127.0.0.1 only, on `port` (0: a free port; the store's `.port` says which),
+    shared with the other stores of this process on that port (`multi_tenant=True`). Raises `LaunchError` naming
+    option `what` when the port is in use."""
+    sock = _listen('127.0.0.1', port, what)
+    try: store = dist.TCPStore('127.0.0.1', sock.getsockname()[1], None, True, datetime.timedelta(seconds=60),
+                               wait_for_workers=False, multi_tenant=True, master_listen_fd=sock.fileno())
+    except BaseException: sock.close(); raise
+    sock.detach()  # the store's server owns the socket now, and closes it
+    return store
 
 def _single_node(args)->bool:
     "True when torchrun's `args` describe a job on this node alone, with no rendezvous endpoint of the user's"
@@ -247,16 +258,11 @@ def local_store(args):
             except LaunchError as e: raise LaunchError(f"{e}: choose a free port, the same on every node") from None
         yield
         return
-    try: sock = _listen('127.0.0.1', args.master_port or 0, '--master_port')
+    try: store = localhost_store(args.master_port or 0)
     except LaunchError as e:
         raise LaunchError(f"{e}: leave --master_port out, and distrib.launch picks a free port") from None
-    port = sock.getsockname()[1]
-    try: store = dist.TCPStore('127.0.0.1', port, None, True, datetime.timedelta(seconds=60), wait_for_workers=False,
-                               multi_tenant=True, master_listen_fd=sock.fileno())
-    except BaseException: sock.close(); raise
-    sock.detach()  # the store's server owns the socket now, and closes it
     args.standalone, args.rdzv_backend, args.rdzv_endpoint = False, 'static', ''
-    args.nnodes, args.node_rank, args.master_addr, args.master_port = '1', 0, '127.0.0.1', port
+    args.nnodes, args.node_rank, args.master_addr, args.master_port = '1', 0, '127.0.0.1', store.port
     yield store
 
 @contextmanager
