@@ -20,7 +20,7 @@ __all__ = ['SHUTDOWN_TIMEOUT', 'LaunchError', 'default_nproc', 'help_text', 'wan
            'check_values', 'cpu_warning', 'localhost_store', 'local_store', 'run_log_dir', 'failures',
            'failure_summary', 'distinct_tracebacks', 'torchrun_logs', 'waiting_line', 'main']
 
-# %% ../nbs/11_launch.ipynb #a6a1e062
+# %% ../nbs/11_launch.ipynb #2a8e9aff
 class LaunchError(ValueError):
     "A `distrib.launch` argument or setting that cannot run; the message says what to fix"
 
@@ -96,7 +96,7 @@ def _split_argv(argv:list)->tuple:
     return argv, []
 
 def wants_help(argv:list)->bool:
-    "True when `argv` asks the launcher for its help: `-h` or `--help` before the script, or no argument at all"
+    "True when `argv` asks the launcher for its help: `-h` or `--help` before the script"
     try: opts, _ = _split_argv(list(argv))
     except LaunchError: opts = list(argv)[:list(argv).index('--')] if '--' in argv else list(argv)
     return any(o in ('-h', '--help') for o in opts)
@@ -279,7 +279,7 @@ def run_log_dir(args):
             print(f"distrib.launch: the workers' output is in {args.log_dir}", file=sys.stderr)
         else: shutil.rmtree(args.log_dir, ignore_errors=True)
 
-# %% ../nbs/11_launch.ipynb #f21870cb
+# %% ../nbs/11_launch.ipynb #f4d5b051
 def failures(e:ChildFailedError)->list:
     "The `Failure` of each rank in `e`, with the `ErrorRecord` its worker wrote to its error file, if any"
     def record(rank, f):
@@ -306,15 +306,16 @@ def _ranks(ranks:list)->str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
 
 def distinct_tracebacks(e:ChildFailedError)->str:
-    """Each distinct traceback that the failed ranks of `e` recorded, once, headed by the ranks that raised it:
-    the root failure's first, then in rank order. Empty when no rank recorded one (killed by a signal)"""
+    """Each distinct traceback that the failed ranks of `e` recorded, once, headed by the ranks that raised it (in
+    rank order): the root failure's first, then in rank order. Empty when no rank recorded one (killed by a
+    signal)"""
     fs = failures(e)
     root = root_failure(fs)
     groups = {}
     for f in sorted(fs, key=lambda f: (f is not root, f.rank)):
         if f.record is not None and f.record.traceback.strip():
             groups.setdefault(f.record.traceback.rstrip('\n'), []).append(f.rank)
-    return '\n'.join(f"distrib.launch: traceback of {_ranks(ranks)}:\n{tb}" for tb, ranks in groups.items())
+    return '\n'.join(f"distrib.launch: traceback of {_ranks(sorted(ranks))}:\n{tb}" for tb, ranks in groups.items())
 
 def _exit_code(e:ChildFailedError)->int:
     "Exit code of the root failure of `e` (128+N for a signal N)"
