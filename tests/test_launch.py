@@ -24,7 +24,8 @@ def test_raising_script_summary_first_traceback_once(tmp_path):
     assert sorted(r.stdout.split()) == ['0', '1', 'up', 'up'], r.stdout
     lines = r.stderr.splitlines()
     assert re.match(r'distrib.launch: rank (\d) failed \(exit code 1\): ValueError: bad data$', lines[0]), r.stderr
-    assert re.match(r'distrib.launch:   then rank (\d) ended \(exit code 1\): ValueError: bad data$', lines[1]), r.stderr
+    assert re.match(r'distrib.launch:   then rank (\d) ended \(exit code 1\): ValueError: bad data$', lines[1]), \
+        r.stderr
     assert lines[2] == 'distrib.launch: traceback of ranks 0, 1:' and lines[3].startswith('Traceback'), r.stderr
     assert r.stderr.count('Traceback') == 1 and lines[-1] == 'ValueError: bad data', r.stderr
     assert 'worker.py' not in r.stderr and not TORCHRUN_LOG.search(r.stderr), r.stderr
@@ -48,8 +49,9 @@ def test_success_clean_local(tmp_path):
     assert sorted(re.findall(r'world 3 rank \d', r.stdout)) == [f'world 3 rank {i}' for i in range(3)]
     assert set(re.findall(r'store (.*)', r.stdout)) == {"['0100007F']"}, r.stdout  # 127.0.0.1, nothing else
     if (os.cpu_count() or 1) < 3:
-        assert r.stderr == f'distrib.launch: warning: 3 CPU processes on {os.cpu_count()} cores: they share the cores, ' \
-                           f'so each one runs slower than with --nproc_per_node {os.cpu_count()} or fewer\n', r.stderr
+        n = os.cpu_count()
+        assert r.stderr == f'distrib.launch: warning: 3 CPU processes on {n} cores: they share the cores, ' \
+                           f'so each one runs slower than with --nproc_per_node {n} or fewer\n', r.stderr
     assert list(cwd.iterdir()) == [] and list(tmp.iterdir()) == []
 
 def test_default_nproc_is_two_on_cpu(tmp_path):
