@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/15_api.ipynb #b3a1439c
+# %% ../nbs/15_api.ipynb #ba83415b
 __version__ = "0.1.0"
 from .world import (World, WorldError, detect_world, current_world, rank_distrib, num_distrib,
                            local_rank_distrib, pg_initialized)
@@ -14,7 +14,7 @@ from .errors import CollectiveTimeoutError, collective_timeout_error, is_peer_fa
 from .group import (DEFAULT_TIMEOUT, default_backend, setup_distrib, ensure_distrib, teardown_distrib,
                            distrib_barrier, distrib_timeout, rank0_first)
 from .collectives import broadcast_object, all_reduce_mean, all_reduce_sum, gather_object, gather_in_order
-from .data import DistributedDL, shard_idxs
+from .data import DistributedDL, shard_idxs, iter_shard, IterableShards
 from .callback import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
 from .metrics import Metric, AvgMetric, AvgLoss, AccumMetric, accuracy

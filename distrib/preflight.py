@@ -13,14 +13,19 @@ from .learner import Learner, _model_device, unwrap_model
 # %% auto #0
 __all__ = ['preflight_check']
 
-# %% ../nbs/10a_preflight.ipynb #c0f75b58
+# %% ../nbs/10a_preflight.ipynb #2444ac91
+def _length(o)->int:
+    "`len(o)`, or -1 for what has no length (an iterable dataset, its DataLoader)"
+    try: return len(o)
+    except TypeError: return -1
+
 def _preflight_fields(learn:Learner)->dict:
     "What the ranks must agree on before `learn.fit` starts, by readable name: ints, or lists compared by CRC32"
     loaders, params = learn.dls.loaders, list(unwrap_model(learn.model).parameters())
     cbs = sorted(type(cb).__qualname__ for cb in learn.cbs if not getattr(cb, 'local_only', False))
     return {'number of loaders': len(loaders),
-            'training batches per rank': len(loaders[0]) if loaders else 0,
-            'dataset length of each loader': [len(dl.dataset) for dl in loaders],
+            'training batches per rank': _length(loaders[0]) if loaders else 0,
+            'dataset length of each loader': [_length(dl.dataset) for dl in loaders],
             'batch size of each loader': [getattr(dl, 'batch_size', None) for dl in loaders],
             'model parameter tensors': len(params),
             'model parameter elements': sum(p.numel() for p in params),

@@ -12,7 +12,7 @@ from .group import skip_exit_barrier
 # %% auto #0
 __all__ = ['run_script']
 
-# %% ../nbs/11a_worker.ipynb #8147dde7
+# %% ../nbs/11a_worker.ipynb #3a35ecb2
 def _script_tb(tb):
     "`tb` without its leading frames from runpy and this module"
     skip = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
@@ -23,10 +23,11 @@ def _script_tb(tb):
 
 def run_script(argv:list, # `[script.py, *args]`, or `['-m', module, *args]`
               ):
-    """Run `argv` as `python script.py args` (or `python -m module args`) would, in this process, recording an
-    uncaught exception with `distrib.errors.record_error` and exiting with code 1 after printing its traceback
-    (130, with one line, for `KeyboardInterrupt`); the process group is then destroyed at exit without a barrier.
-    Raises `ValueError` for an empty `argv`."""
+    """Run `argv` as `python script.py args` (or `python -m module args`) would, in this process. An uncaught
+    exception is recorded with `distrib.errors.record_error` (its traceback in the record, for the launcher to
+    print once for all ranks; printed here only when there is no error file to record it in), and the process
+    exits with code 1 (130, with one line, for `KeyboardInterrupt`); the process group is then destroyed at exit
+    without a barrier. Raises `ValueError` for an empty `argv`."""
     if not argv or argv[0] in ('-m', '--module') and len(argv) < 2:
         raise ValueError("usage: python -m distrib.worker script.py [args] | -m module [args]")
     try:
@@ -48,8 +49,7 @@ def run_script(argv:list, # `[script.py, *args]`, or `['-m', module, *args]`
         e = e.with_traceback(_script_tb(e.__traceback__))
         err = collective_timeout_error(e)
         if err is not None: err.__cause__, e = e, err
-        record_error(e)
-        sys.excepthook(type(e), e, e.__traceback__)
+        if record_error(e) is None: sys.excepthook(type(e), e, e.__traceback__)  # else the launcher prints it
         sys.exit(1)
 
 # %% ../nbs/11a_worker.ipynb #dac788c4

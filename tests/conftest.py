@@ -25,7 +25,7 @@ def checked(out:str, name:str)->bool:
     "True when the job's output `out` has the line 'CHECK <name> OK'"
     return re.search(rf'^CHECK {name} OK', out, re.M) is not None
 
-DIGITS = re.compile(r'^world size (\d+): valid accuracy ([\d.]+), valid loss ([\d.]+)', re.M)
+DIGITS = re.compile(r'^world size (\d+): .*?valid accuracy ([\d.]+), valid loss ([\d.]+)', re.M)
 
 def digits_numbers(out:str)->tuple:
     "(world size, accuracy, validation loss) from the one result line examples/train_digits.py prints (on rank 0)"
