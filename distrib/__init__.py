@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/15_api.ipynb #974d0b04
+# %% ../nbs/15_api.ipynb #16f44dc7
 __version__ = "0.1.0"
 from .world import (World, WorldError, detect_world, current_world, rank_distrib, num_distrib,
                            local_rank_distrib, pg_initialized)
@@ -14,6 +14,8 @@ from .group import (DEFAULT_TIMEOUT, default_backend, setup_distrib, ensure_dist
                            distrib_barrier, distrib_timeout, rank0_first)
 from .collectives import broadcast_object, all_reduce_mean, all_reduce_sum, gather_object, gather_in_order
 from .data import DistributedDL, shard_idxs
+from .seed import set_seed, get_random_states, set_random_states
+from .files import save_file, load_file
 from .callback import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
 from .metrics import Metric, AvgMetric, AvgLoss, AccumMetric, accuracy
@@ -24,4 +26,7 @@ from .distributed import DistributedTrainer, DistributedModule, convert_sync_bat
 from .preflight import preflight_check
 from .accumulate import GradientAccumulation, SYNC_STRATEGIES
 from .mixed_precision import MixedPrecision
+from .preemption import Preempted, StopSignals
+from .checkpoint import Checkpoint, checkpoints
+from .tracker import TrackerCallback, SaveModelCallback
 from .nb_launch import notebook_launch

@@ -14,7 +14,7 @@ from .metrics import _find_bs
 # %% auto #0
 __all__ = ['SYNC_STRATEGIES', 'GradientAccumulation']
 
-# %% ../nbs/13_accumulate.ipynb #24183ba3
+# %% ../nbs/13_accumulate.ipynb #07f1774a
 SYNC_STRATEGIES = ('single_auto_sync', 'multi_auto_sync', 'forced_sync')
 
 def _all_reduce_grads(params, group=None):
@@ -126,3 +126,8 @@ class GradientAccumulation(Callback):
                 if p.grad is not None: p.grad.mul_(self.n_acc/self.count)
         self.count = 0
         self.n_steps += 1
+
+    def state_dict(self)->dict:
+        "The samples of the current window and the steps so far (saved and restored by `Checkpoint`)"
+        return {'count': self.count, 'n_steps': self.n_steps}
+    def load_state_dict(self, state:dict): self.count, self.n_steps = state['count'], state['n_steps']

@@ -14,7 +14,7 @@ from .errors import ErrorRecord, Failure, root_failure
 # %% auto #0
 __all__ = ['SHUTDOWN_TIMEOUT', 'default_nproc', 'build_args', 'failures', 'failure_summary', 'main']
 
-# %% ../nbs/11_launch.ipynb #bc36d852
+# %% ../nbs/11_launch.ipynb #0d54c367
 def _split_argv(argv:list)->tuple:
     "`argv` split into launcher options and `[script, *script_args]`: from the first word not an option or its value"
     takes_value = {a for act in torchrun.get_args_parser()._actions if act.nargs is None and act.option_strings
@@ -36,6 +36,7 @@ def _pop_opt(opts:list, names:tuple):
     return None
 
 SHUTDOWN_TIMEOUT = 5  # seconds a worker has to end after the stop signal before it is killed
+_FORWARDED_SIGNALS = 'SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1'  # torchrun's default, and SIGUSR1
 
 def _torchrun_knows(opt:str)->bool:
     "True when this torch's torchrun has option `opt` (e.g. '--shutdown-timeout', which older torch lacks)"
@@ -47,7 +48,8 @@ def default_nproc()->int:
 
 def build_args(argv:list)->list:
     """torchrun's argv for `distrib.launch` arguments `argv`: defaults filled in, the script run through
-    `distrib.worker`; also sets `CUDA_VISIBLE_DEVICES` and `OMP_NUM_THREADS` in `os.environ`. Raises
+    `distrib.worker`; also sets `CUDA_VISIBLE_DEVICES`, `OMP_NUM_THREADS` and `TORCHELASTIC_SIGNALS_TO_HANDLE` in
+    `os.environ`. Raises
     `ValueError` with a usage hint for no script, a script file that does not exist, or a process count < 1."""
     opts, cmd = _split_argv(list(argv))
     if not cmd: raise ValueError("usage: python -m distrib.launch [--nproc_per_node N] [--gpus 0,1] [torchrun "
@@ -64,6 +66,7 @@ def build_args(argv:list)->list:
     if nproc.isdigit() and 'OMP_NUM_THREADS' not in os.environ and not torch.cuda.is_available():
         os.environ['OMP_NUM_THREADS'] = str(max(1, (os.cpu_count() or 1) // int(nproc)))
     defaults = ['--nproc_per_node', nproc]
+    os.environ.setdefault('TORCHELASTIC_SIGNALS_TO_HANDLE', _FORWARDED_SIGNALS)
     if (_torchrun_knows('--shutdown-timeout') and _pop_opt(list(opts), ('--shutdown_timeout',
                                                                         '--shutdown-timeout')) is None
         and not {'TORCH_ELASTIC_SHUTDOWN_TIMEOUT', 'PET_SHUTDOWN_TIMEOUT'} & set(os.environ)):
