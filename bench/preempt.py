@@ -10,7 +10,9 @@ rank 0 choosing `k` so that this takes about 1 % of the time (`distrib.preemptio
   (A) by `StopSignals.at_step`; the last `k` rank 0 chose is reported;
 - in `fit`: `Learner` + `distrib_ctx` training 1 epoch (64 steps per rank) with `Checkpoint(signals=('SIGTERM',))`
   (B) against `Checkpoint(signals=())` (A), neither writing a checkpoint in the timed epoch; whole fits
-  alternate (A B, then B A, ...), each timed from `before_train` to `after_train` on its slowest rank.
+  alternate (A B, then B A, ...), each timed from `before_train` to `after_train` on its slowest rank. Also the
+  time rank 0 spent in the agreements' all-reduces (`StopSignals.secs_agreed`) per step: the cost itself, which
+  the A/B difference measures only to within the machine's noise.
 For each, the median over `--reps` repetitions of B's time per step minus A's in the same repetition, and B/A.
 The machine should be otherwise idle (the load is printed).
 """
@@ -31,7 +33,7 @@ from distrib.preemption import StopSignals
 def agreement()->StopSignals:
     "The agreement `Checkpoint` runs, between the ranks of the default group, no signal handler installed"
     a = StopSignals(('SIGTERM',))
-    a.shared, a.rank = True, current_world().rank
+    a.shared, a.rank, a.n_agreed, a.secs_agreed = True, current_world().rank, 0, 0.
     return a
 
 def slowest(secs:float)->float:
@@ -66,22 +68,24 @@ class TrainTime(Callback):
     def before_train(self): self.t0 = time.perf_counter()
     def after_train(self): self.secs, self.steps = time.perf_counter() - self.t0, self.learn.n_iter
 
-def in_fit(signals:tuple, tmp:Path)->float:
-    "Microseconds per training step of a 1-epoch fit with Checkpoint(signals=signals), no checkpoint written"
+def in_fit(signals:tuple, tmp:Path)->tuple:
+    """Microseconds per training step of a 1-epoch fit with Checkpoint(signals=signals), no checkpoint written; and
+    rank 0's time in the agreements' all-reduces per step, and their number"""
     train, valid = make_data()
     learn = Learner(DataLoaders(DataLoader(train, batch_size=BS, shuffle=True), DataLoader(valid, batch_size=BS)),
                     make_model(), F.cross_entropy, path=tmp)
     learn.progress.enabled = False
     learn.logger = lambda *a: None
     tt = TrainTime()
-    with learn.distrib_ctx():
-        learn.fit(1, cbs=[Checkpoint(f'ck{len(signals)}', every_epoch=False, resume=False, signals=signals), tt])
-    return slowest(tt.secs)/tt.steps*1e6
+    ck = Checkpoint(f'ck{len(signals)}', every_epoch=False, resume=False, signals=signals)
+    with learn.distrib_ctx(): learn.fit(1, cbs=[ck, tt])
+    s = ck.stop_signals
+    return slowest(tt.secs)/tt.steps*1e6, s.secs_agreed/tt.steps*1e6, s.n_agreed
 
 def worker(reps:int, out:str):
     torch.set_num_threads(1)
     setup_distrib(timeout=120)
-    res = dict(alone=[], step_a=[], step_b=[], fit_a=[], fit_b=[], k=[])
+    res = dict(alone=[], step_a=[], step_b=[], fit_a=[], fit_b=[], k=[], fit_agreeing=[], fit_n_agreed=[])
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)/str(current_world().rank)  # each rank its own (no file is written in the timed fits)
         in_step(20, True); in_fit((), d)         # warm-up
@@ -92,7 +96,9 @@ def worker(reps:int, out:str):
                 res['step_b' if b else 'step_a'].append(us)
                 if b: res['k'].append(k)
             for b in ((False, True) if i % 2 == 0 else (True, False)):
-                res['fit_b' if b else 'fit_a'].append(in_fit(('SIGTERM',) if b else (), d))
+                us, agreeing, n = in_fit(('SIGTERM',) if b else (), d)
+                res['fit_b' if b else 'fit_a'].append(us)
+                if b: res['fit_agreeing'].append(agreeing); res['fit_n_agreed'].append(n)
     if current_world().rank == 0: Path(out).write_text(json.dumps(res))
 
 def main():
@@ -129,7 +135,11 @@ def main():
         print(f"{name:<18} {med(ra):>11.1f} {med(rb):>9.1f} {diff:>+8.1f} {ratio:>7.3f}")
         summary[name] = dict(a=med(ra), b=med(rb), diff_us=diff, ratio=ratio, a_reps=ra, b_reps=rb)
     print(f"k (steps between two agreements) rank 0 chose at the end of the MLP steps: {res['k']}")
+    print(f"Learner.fit, 64 steps: {med(res['fit_n_agreed']):g} agreements (median), rank 0's time in them "
+          f"{med(res['fit_agreeing']):.1f} us per step (median; {min(res['fit_agreeing']):.1f} to "
+          f"{max(res['fit_agreeing']):.1f}), {med(res['fit_agreeing'])/med(res['fit_a'])*100:.2f} % of a step")
     print(json.dumps(dict(torch=torch.__version__, reps=a.reps, load_start=load0, load_end=os.getloadavg()[0],
-                          k=res['k'], **summary)))
+                          k=res['k'], fit_agreeing_us=res['fit_agreeing'], fit_n_agreed=res['fit_n_agreed'],
+                          **summary)))
 
 if __name__ == '__main__': main()
