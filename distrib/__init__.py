@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/15_api.ipynb #ba83415b
+# %% ../nbs/15_api.ipynb #7d84b92e
 __version__ = "0.1.0"
 from .world import (World, WorldError, detect_world, current_world, rank_distrib, num_distrib,
                            local_rank_distrib, pg_initialized)
@@ -15,6 +15,8 @@ from .group import (DEFAULT_TIMEOUT, default_backend, setup_distrib, ensure_dist
                            distrib_barrier, distrib_timeout, rank0_first)
 from .collectives import broadcast_object, all_reduce_mean, all_reduce_sum, gather_object, gather_in_order
 from .data import DistributedDL, shard_idxs, iter_shard, IterableShards
+from .seed import set_seed, get_random_states, set_random_states
+from .files import save_file, load_file
 from .callback import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
 from .metrics import Metric, AvgMetric, AvgLoss, AccumMetric, accuracy
@@ -25,10 +27,12 @@ from .distributed import DistributedTrainer, DistributedModule, convert_sync_bat
 from .preflight import preflight_check
 from .accumulate import GradientAccumulation, SYNC_STRATEGIES
 from .mixed_precision import MixedPrecision
+from .preemption import Preempted, StopSignals
+from .checkpoint import Checkpoint, checkpoints
 from .nb_launch import notebook_launch
 from .schedule import (SchedLin, SchedCos, SchedNo, SchedExp, SchedPoly, combine_scheds, combined_cos,
                               ParamScheduler, planned_steps)
 from .lr_find import LRFinder, SuggestionMethod, valley, slide, minimum, steep, plot_lr_find
-from .tracker import TerminateOnNaNCallback, TrackerCallback, EarlyStoppingCallback
+from .tracker import TerminateOnNaNCallback, TrackerCallback, EarlyStoppingCallback, SaveModelCallback
 from .loggers import CSVLogger, TensorBoardCallback
 from .clip import GradientClip

@@ -14,7 +14,7 @@ from .metrics import _find_bs
 # %% auto #0
 __all__ = ['SYNC_STRATEGIES', 'GradientAccumulation']
 
-# %% ../nbs/13_accumulate.ipynb #2a68768c
+# %% ../nbs/13_accumulate.ipynb #d4e9a458
 SYNC_STRATEGIES = ('single_auto_sync', 'multi_auto_sync', 'forced_sync')
 
 def _all_reduce_grads(params, group=None):
@@ -135,3 +135,8 @@ class GradientAccumulation(Callback):
             count += s
             if count >= self.n_acc: count, steps = 0, steps + 1
         return steps
+
+    def state_dict(self)->dict:
+        "The samples of the current window and the steps so far (saved and restored by `Checkpoint`)"
+        return {'count': self.count, 'n_steps': self.n_steps}
+    def load_state_dict(self, state:dict): self.count, self.n_steps = state['count'], state['n_steps']

@@ -101,7 +101,7 @@ def wants_help(argv:list)->bool:
     except LaunchError: opts = list(argv)[:list(argv).index('--')] if '--' in argv else list(argv)
     return any(o in ('-h', '--help') for o in opts)
 
-# %% ../nbs/11_launch.ipynb #511f3a19
+# %% ../nbs/11_launch.ipynb #3535c331
 def _pop_opt(opts:list, names:tuple):
     "Remove option `names` (as `--x v` or `--x=v`) from `opts`; return its value or None"
     for i, a in enumerate(opts):
@@ -109,6 +109,8 @@ def _pop_opt(opts:list, names:tuple):
             if a == n: val = opts[i+1]; del opts[i:i+2]; return val
             if a.startswith(n + '='): del opts[i]; return a.split('=', 1)[1]
     return None
+
+_FORWARDED_SIGNALS = 'SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1'  # torchrun's default, and SIGUSR1
 
 def _torchrun_knows(opt:str)->bool:
     "True when this torch's torchrun has option `opt` (e.g. '--shutdown-timeout', which older torch lacks)"
@@ -149,9 +151,10 @@ _NPROC_WORDS = ('auto', 'cpu', 'gpu', 'xpu')  # torchrun's non-numeric --nproc_p
 
 def build_args(argv:list)->list:
     """torchrun's argv for `distrib.launch` arguments `argv`: defaults filled in, the script run through
-    `distrib.worker`, distrib's own options removed; also sets `CUDA_VISIBLE_DEVICES` (for `--gpus`) and
-    `OMP_NUM_THREADS` in `os.environ`. Raises `LaunchError` for no script, an unknown option before the script, a
-    script that does not exist or is a directory, a bad `--gpus`, or a process count that is not a number >= 1."""
+    `distrib.worker`, distrib's own options removed; also sets `CUDA_VISIBLE_DEVICES` (for `--gpus`),
+    `OMP_NUM_THREADS` and `TORCHELASTIC_SIGNALS_TO_HANDLE` in `os.environ`. Raises `LaunchError` for no script, an
+    unknown option before the script, a script that does not exist or is a directory, a bad `--gpus`, or a process
+    count that is not a number >= 1."""
     opts, cmd = _split_argv(list(argv))
     if not cmd: raise LaunchError(f"no script to run. {_USAGE}; python -m distrib.launch --help for the options")
     for o in ('--verbose', '-v'):
@@ -170,6 +173,7 @@ def build_args(argv:list)->list:
     if nproc.isdigit() and 'OMP_NUM_THREADS' not in os.environ and not torch.cuda.is_available():
         os.environ['OMP_NUM_THREADS'] = str(max(1, (os.cpu_count() or 1) // int(nproc)))
     defaults = ['--nproc_per_node', nproc]
+    os.environ.setdefault('TORCHELASTIC_SIGNALS_TO_HANDLE', _FORWARDED_SIGNALS)
     if (_torchrun_knows('--shutdown-timeout') and _pop_opt(list(opts), ('--shutdown_timeout',
                                                                         '--shutdown-timeout')) is None
         and not {'TORCH_ELASTIC_SHUTDOWN_TIMEOUT', 'PET_SHUTDOWN_TIMEOUT'} & set(os.environ)):

@@ -11,7 +11,7 @@ from .learner import _model_device
 # %% auto #0
 __all__ = ['MixedPrecision']
 
-# %% ../nbs/14_mixed_precision.ipynb #a9a0ad7e
+# %% ../nbs/14_mixed_precision.ipynb #fb6bab06
 _DTYPES = {'fp16': torch.float16, 'float16': torch.float16, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16}
 
 def _to_float(o):
@@ -102,6 +102,13 @@ class MixedPrecision(Callback):
         if self.skipped: raise CancelStepException()
     def after_step(self):
         if self.scaler is not None: self.scaler.update()
+
+    def state_dict(self)->dict:
+        "The `GradScaler`'s state (scale, growth tracker), for `Checkpoint`; None without a scaler"
+        return {'scaler': self.scaler.state_dict() if self.scaler is not None else None}
+    def load_state_dict(self, state:dict):
+        "Put back the scaler's state `state_dict` returned (the scaler is created at `before_fit`)"
+        if self.scaler is not None and state['scaler']: self.scaler.load_state_dict(state['scaler'])
 
     # `GradScaler.step` sees this callback as the optimizer: it unscales `param_groups` and calls `step`
     @property

@@ -13,7 +13,7 @@ from .data import DistributedDL, IterableShards
 # %% auto #0
 __all__ = ['Recorder', 'ProgressCallback', 'GatherPreds']
 
-# %% ../nbs/07_recorder.ipynb #707a8133
+# %% ../nbs/07_recorder.ipynb #090eb9bc
 class Recorder(Callback):
     """Record train loss, valid loss and metrics per epoch in `values` (floats, over the whole data set on every
     rank); `log` is the last validation's `[valid_loss, *metrics]`; `metric_names` names the columns"""
@@ -45,6 +45,13 @@ class Recorder(Callback):
         vals = [tl] + (self.log if len(self.learn.dls) > 1 else [])
         self.values.append(vals)
         self.epoch_time = time.perf_counter() - self.start
+    def state_dict(self)->dict:
+        "The values so far, the last validation's and this rank's running training loss (for `Checkpoint`)"
+        return {'values': self.values, 'log': self.log, 'train_loss': self.train_loss.state_dict()}
+    def load_state_dict(self, state:dict):
+        "Continue from `state`, as `state_dict` returned it"
+        self.values, self.log = [list(v) for v in state['values']], list(state['log'])
+        self.train_loss.load_state_dict(state['train_loss'])
 
 # %% ../nbs/07_recorder.ipynb #70a7c768
 def _fmt(v)->str: return '' if v is None else f'{v:.6f}' if isinstance(v, float) else str(v)
