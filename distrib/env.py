@@ -36,7 +36,7 @@ def describe(world:World)->str:
                   restart_count=world.restart_count, torch=torch.__version__)
     return ' '.join(f'{k}={shlex.quote(str(v))}' for k, v in fields.items())
 
-# %% ../nbs/02a_env.ipynb #2e01882f
+# %% ../nbs/02a_env.ipynb #ae960f4a
 def check(world:World, timeout:float=60)->str:
     """Create the default process group for `world` (`setup_distrib`, `timeout` seconds) and all-reduce a 1 on this
     process's device; returns 'ok: all_reduce=<sum> in <s> s'. Raises `RuntimeError` when the sum is not the world
@@ -64,7 +64,7 @@ def main(argv:list|None=None)->int:
     except Exception as e:  # one line naming the error: this is a diagnostic tool
         print(f"distrib.env: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    print(f"distrib.env: {line}", flush=True)
+    sys.stdout.write(f"distrib.env: {line}\n"); sys.stdout.flush()  # one write: the ranks' lines never interleave
     return 0
 
 # %% ../nbs/02a_env.ipynb #19acc7bb
