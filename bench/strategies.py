@@ -12,8 +12,10 @@ synthetic data, Adam lr 1e-4, batches of `--batch` samples per rank, `--warmup` 
 
 Per configuration: steps/s over the steps after the warm-up (a step timed from `before_batch` to `after_batch`,
 the slowest rank's, after a CUDA synchronize on GPUs; the first step, where compiling happens, is reported apart);
-peak memory per rank (CPU: the process's peak resident set, `ru_maxrss`, which includes the Learner's own copy of
-the model under FSDP; CUDA: `torch.cuda.max_memory_allocated`); and the bytes each rank holds of parameters,
+peak memory per rank from the start to the end of `fit` (CPU: the process's peak resident set, `ru_maxrss`, which
+includes the Learner's own copy of the model under FSDP; CUDA: `torch.cuda.max_memory_allocated`; the JSON also
+has the peak after leaving the context, where FSDP gathers the weights and optimizer state back into the
+Learner's model and optimizer); and the bytes each rank holds of parameters,
 gradients and optimizer state (`distrib.local_state_bytes`: local shards under FSDP), about 1/W of DDP's under
 FSDP. Every configuration starts from the same weights and data, and must end with the same weights (the largest
 difference from `ddp` is reported: the runs did the same work). The table is followed by one JSON line.
@@ -58,9 +60,15 @@ class Probe(Callback):
     def after_backward(self):
         if self.state is None: self.state = local_state_bytes(self.learn.model)
     def after_step(self):
-        if not self.stepped: self.state['optimizer'], self.stepped = local_state_bytes(self.learn.model,
-                                                                                       self.learn.opt)['optimizer'], True
+        if self.stepped: return
+        self.state['optimizer'] = local_state_bytes(self.learn.model, self.learn.opt)['optimizer']
+        self.stepped = True
     def after_batch(self): self._sync(); self.times.append(time.perf_counter() - self.t)
+    def after_fit(self): self.peak = _peak(self.cuda)
+
+def _peak(cuda:bool)->int:
+    "Bytes: the most this process held so far (CPU: resident set; CUDA: tensors allocated on its GPU)"
+    return torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss*1024
 
 def worker(args):
     "One configuration on this rank: train, then rank 0 prints `RESULT {json}` with every rank's figures"
@@ -74,16 +82,18 @@ def worker(args):
     learn.progress.enabled = False
     probe = Probe(cuda)
     device = f'cuda:{local_rank_distrib()}' if cuda else 'cpu'
-    if cuda: torch.cuda.reset_peak_memory_stats(device)
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.cuda.reset_peak_memory_stats()
     with learn.distrib_ctx(device=device, **CONFIGS[args.worker]):
         learn.fit(1, cbs=probe)
-    peak = torch.cuda.max_memory_allocated(device) if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss*1024
-    mine = dict(times=probe.times, peak=peak, state=probe.state)
+    mine = dict(times=probe.times, peak=probe.peak, peak_exit=_peak(cuda), state=probe.state)
     ranks = gather_object(mine)
     if rank_distrib() == 0:
         times = [max(r['times'][i] for r in ranks) for i in range(len(probe.times))]   # the slowest rank's step
         timed = times[args.warmup:]
         res = dict(steps_per_s=len(timed)/sum(timed), first_step_s=times[0], peak_mib=[r['peak']/MiB for r in ranks],
+                   peak_after_exit_mib=[r['peak_exit']/MiB for r in ranks],
                    state_mib=[{k: v/MiB for k, v in r['state'].items()} for r in ranks],
                    params=sum(p.numel() for p in model.parameters()), world_size=num_distrib(),
                    final_loss=learn.recorder.values[-1][0])
@@ -105,12 +115,14 @@ def table(results:dict, args)->str:
     rows = [f"DDP vs FSDP on {args.device}, W={args.ranks}, MLP {args.layers} x Linear({args.hidden}, {args.hidden}) = "
             f"{next(iter(results.values()))['params']:,} parameters, batch {args.batch} per rank, "
             f"{args.steps} timed steps",
-            f"{'config':>14} {'steps/s':>8} {'first step s':>12} {'peak MiB/rank':>14} {'params+grads+opt MiB/rank':>26}"
+            f"{'config':>14} {'steps/s':>8} {'first step s':>12} {'peak MiB/rank':>14} {'after exit':>10} "
+            f"{'params+grads+opt MiB/rank':>26}"
             f" {'vs ddp':>7} {'max |w - ddp w|':>15}"]
     for name, r in results.items():
         st = max(sum(s.values()) for s in r['state_mib'])
         ratio = st/max(sum(s.values()) for s in ref['state_mib']) if ref else float('nan')
         rows.append(f"{name:>14} {r['steps_per_s']:8.2f} {r['first_step_s']:12.2f} {max(r['peak_mib']):14.0f} "
+                    f"{max(r['peak_after_exit_mib']):10.0f} "
                     f"{st:26.1f} {ratio:7.2f} {r.get('max_weight_diff', float('nan')):15.1e}")
     return '\n'.join(rows)
 
@@ -120,7 +132,8 @@ def main(args):
         results = {name: run(name, args) for name in args.configs.split(',')}
         if 'ddp' in results:
             ref = torch.load(Path(d)/'ddp.pt')
-            for name, r in results.items(): r['max_weight_diff'] = (torch.load(Path(d)/f'{name}.pt') - ref).abs().max().item()
+            for name, r in results.items():
+                r['max_weight_diff'] = (torch.load(Path(d)/f'{name}.pt') - ref).abs().max().item()
     print(table(results, args))
     print(json.dumps(dict(device=args.device, world_size=args.ranks, hidden=args.hidden, layers=args.layers,
                           batch=args.batch, steps=args.steps, results=results)))

@@ -111,7 +111,7 @@ def load_opt_state(model:nn.Module, opt:torch.optim.Optimizer,
     _dsd().set_optimizer_state_dict(model, opt, osd, options=_options(full_state_dict=True,
                                                                       broadcast_from_rank0=from_rank0))
 
-# %% ../nbs/07a_state.ipynb #010c8eca
+# %% ../nbs/07a_state.ipynb #0ce0b1db
 def _dcp():
     "`torch.distributed.checkpoint`, imported on first need"
     import torch.distributed.checkpoint as dcp
@@ -197,5 +197,6 @@ def load_sharded(path:str|Path,            # a directory written by `save_sharde
     dsd.set_model_state_dict(model, state['model'], options=_options(strict=strict))
     if with_state: dsd.set_optimizer_state_dict(model, opt, state['optim'])
     elif 'optim' in state:
-        opt.load_state_dict({'state': {}, 'param_groups': _to_positions({'state': {}, **state['optim']})['param_groups']})
+        groups = _to_positions({'state': {}, **state['optim']})['param_groups']
+        opt.load_state_dict({'state': {}, 'param_groups': groups})
     return extra

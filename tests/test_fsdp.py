@@ -18,7 +18,8 @@ def runs(tmp_path_factory):
 @pytest.fixture(params=[2, 3], ids=['W2', 'W3'])
 def out(request, runs): return runs[1][request.param]
 
-@pytest.mark.parametrize('blocks', ['linear_blocks', 'root_only', 'no_reshard_threshold'])
+@pytest.mark.parametrize('blocks', ['linear_blocks', 'root_only', 'no_reshard_threshold', 'cpu_offload',
+                                    'rank0_weights'])
 def test_same_weights_as_ddp(out, blocks):
     "rtol 1e-5 after 2 epochs of Adam, layers of 33 and 2 rows (an empty shard on 3 ranks)"
     assert checked(out, f'equivalence_{blocks}'), out
@@ -27,7 +28,8 @@ def test_exact_metrics_and_get_preds(out): assert checked(out, 'metrics_get_pred
 def test_memory_is_1_over_W(out): assert checked(out, 'memory_1_over_W'), out
 
 def test_gradient_accumulation(out):
-    for name in ['single_auto_sync', 'multi_auto_sync', 'forced_sync_refused']: assert checked(out, f'accumulate_{name}'), out
+    for name in ['single_auto_sync', 'multi_auto_sync', 'forced_sync_refused']:
+        assert checked(out, f'accumulate_{name}'), out
 
 def test_mixed_precision(out):
     for name in ['bf16', 'late_warns', 'fp16_scaler', 'conflict']: assert checked(out, f'mixed_precision_{name}'), out
@@ -38,7 +40,7 @@ def test_clip_sharded_gradients(out, norm_type): assert checked(out, f'clip_norm
 def test_learner_after_context(out): assert checked(out, 'exit_restores_learner'), out
 
 def test_checkpoints(out):
-    for name in ['save_layout', 'save_whole_format', 'load_whole', 'load_shards', 'resume_sharded']:
+    for name in ['save_layout', 'save_whole_format', 'load_whole', 'load_shards', 'load_shards_ddp', 'resume_sharded']:
         assert checked(out, name), out
 
 def test_bad_options(out):

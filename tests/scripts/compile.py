@@ -56,7 +56,8 @@ d = max(max_diff(comp.model, eager.model), max(abs(a - b) for a, b in zip(sum(co
                                                                          sum(eager.recorder.values, []))))
 check('compile_ddp_equals_eager', graphs() > n0 and d <= 1e-6 and 'forward' not in comp.model.__dict__,
       f'graphs={graphs() - n0} max_diff={d:.1e} fit eager {t_eager:.1f}s compiled {t_comp:.1f}s')
-check('compile_ddp_keys', keys[0] == 'module.0.weight' and saved == list(new_model().state_dict()), f'{keys[:1]} {saved[:1]}')
+check('compile_ddp_keys', keys[0] == 'module.0.weight' and saved == list(new_model().state_dict()),
+      f'{keys[:1]} {saved[:1]}')
 
 # a model the Learner holds compiled: unwrapped, wrapped, compiled again after wrapping; the Learner's back on exit
 user = torch.compile(new_model())

@@ -58,6 +58,7 @@ def fit(epochs=2, cbs=None, ctx=None, **kw):
     return learn
 
 def weights(m): return torch.cat([p.detach().flatten() for p in m.parameters()])
+def max_diff(a, b): return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
 
 def same_on_all_ranks(t, what):
     ts = gather_object(t)
@@ -66,7 +67,8 @@ def same_on_all_ranks(t, what):
 # 1. equivalence: FSDP with W ranks ends with DDP's weights after 2 epochs of Adam, whatever the blocks
 ddp = fit()
 for name, ctx in [('linear_blocks', FSDP), ('root_only', dict(strategy='fsdp')),
-                  ('no_reshard_threshold', dict(strategy='fsdp', min_params=1000, reshard_after_forward=False))]:
+                  ('no_reshard_threshold', dict(strategy='fsdp', min_params=1000, reshard_after_forward=False)),
+                  ('cpu_offload', dict(FSDP, cpu_offload=True))]:
     fsdp = fit(ctx=ctx)
     assert type(fsdp.model) is nn.Sequential and not any(type(p).__name__ == 'DTensor' for p in fsdp.model.parameters())
     same_on_all_ranks(weights(fsdp.model), 'the weights')
@@ -74,6 +76,15 @@ for name, ctx in [('linear_blocks', FSDP), ('root_only', dict(strategy='fsdp')),
     dv = max(rel(a, b) for a, b in zip(fsdp.recorder.values, ddp.recorder.values))
     check(f'equivalence_{name}', d <= 1e-5 and dv <= 1e-5, f'max_rel_weights={d:.2e} max_rel_recorder={dv:.2e}')
 assert not torch.equal(ddp.model[0].weight, new_model()[0].weight), 'the model did not train'
+
+def rank_model():
+    "Each rank's own initial weights: DDP starts from rank 0's, so must FSDP"
+    torch.manual_seed(rank)
+    return nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2))
+a, b = fit(model=rank_model()), fit(model=rank_model(), ctx=FSDP)
+same_on_all_ranks(weights(b.model), 'the weights')
+d = rel(weights(b.model), weights(a.model))
+check('equivalence_rank0_weights', d <= 1e-5, f'max_rel={d:.2e}')
 
 # 2. exact metrics and get_preds: the sharded model's validation equals one process's, also for a validation set
 #    smaller than the world (a rank without batches runs rank 0's to keep the all-gathers in step)
@@ -89,7 +100,8 @@ for n_valid in [4*W + 1, 1]:
         preds, targs = learn.get_preds()
     with torch.no_grad(): ref = learn.model.eval()(valid[0])
     ref_vals = [F.cross_entropy(ref, valid[1]).item(), accuracy(ref, valid[1]).item(), median_err(ref, valid[1]).item()]
-    diffs += [rel(v, r) for v, r in zip(vals, ref_vals)] + [rel(learn.recorder.values[-1][1], ref_vals[0]), rel(preds, ref)]
+    diffs += [rel(v, r) for v, r in zip(vals, ref_vals)]
+    diffs += [rel(learn.recorder.values[-1][1], ref_vals[0]), rel(preds, ref)]
     assert len(preds) == n_valid and torch.equal(targs, valid[1])
 check('metrics_get_preds', max(diffs) <= 1e-6, f'max_rel={max(diffs):.2e}')
 
@@ -221,7 +233,8 @@ with learn.distrib_ctx(**FSDP):
     ref_opt = full_opt_state(learn.model, learn.opt, rank0_only=False)
 files = sorted(p.name for p in (tmp/'models').iterdir())
 shard_files = sorted(p.name for p in shards.iterdir())
-check('save_layout', files == ['shards', 'whole.pth'] and shard_files == ['.metadata'] + [f'__{r}_0.distcp' for r in range(W)],
+check('save_layout', files == ['shards', 'whole.pth'] and
+      shard_files == ['.metadata'] + [f'__{r}_0.distcp' for r in range(W)],
       f'{files} {shard_files}')
 saved = torch.load(whole, weights_only=True)
 check('save_whole_format', list(saved['model']) == list(new_model().state_dict()) and sorted(saved['opt']['state']) ==
@@ -243,6 +256,18 @@ for name in ('whole', 'shards'):
     plain = learner(model=nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2)))
     plain.load(name)    # not distributed: every rank reads it whole
     check(f'load_{name}', d_fsdp == 0 and state_diff(plain) == 0, f'fsdp={d_fsdp} plain={state_diff(plain)}')
+
+# under DDP too: every rank holds the whole model, DCP writes each tensor once
+learn = learner()
+with learn.distrib_ctx():
+    learn.fit(1)
+    learn.save('ddp_shards', sharded=True)
+fresh = learner(model=nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2)))
+with fresh.distrib_ctx(): fresh.load('ddp_shards')
+d = max(max_diff(a, b) for a, b in [(learn.model, fresh.model)])
+do = max((fresh.opt.state[q]['exp_avg'] - learn.opt.state[p]['exp_avg']).abs().max().item()
+         for p, q in zip(learn.model.parameters(), fresh.model.parameters()))
+check('load_shards_ddp', d == 0 and do == 0, f'model={d} optimizer={do}')
 
 # resume: fit(1), save sharded, load into a new Learner, fit(2, start_epoch=1) == fit(2)
 full = fit(ctx=FSDP)
