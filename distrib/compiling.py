@@ -27,7 +27,7 @@ def compile_options(compile:bool|dict|None)->dict|None:
     if bad: raise TypeError(f"Unknown torch.compile option(s) {', '.join(bad)}: valid ones are {', '.join(valid)}")
     return dict(compile)
 
-# %% ../nbs/10c_compile.ipynb #a98535dd
+# %% ../nbs/10c_compile.ipynb #f82de0e8
 def _calling(f):
     "A function of this module that calls `f`: Dynamo compiles its frame and inlines `f`, even torch's own code"
     def forward(*args, **kwargs): return f(*args, **kwargs)
@@ -38,11 +38,16 @@ def compile_forwards(modules:list,   # the modules whose `forward` is compiled, 
                     )->list:          # what `restore_forwards` needs
     """Replace the `forward` of each of `modules`, in place, by `torch.compile(**options)` of it (an instance
     attribute: parameter names, classes and state dicts are unchanged). Compiling is lazy: it happens at the first
-    call. Raises what `torch.compile` raises for bad options."""
+    call. Raises what `torch.compile` raises for bad options, with every forward put back."""
     saved = []
-    for m in modules:
-        saved.append((m, m.__dict__.get('forward')))
-        m.forward = torch.compile(_calling(m.forward), **options)
+    try:
+        for m in modules:
+            own = m.__dict__.get('forward')
+            m.forward = torch.compile(_calling(m.forward), **options)
+            saved.append((m, own))
+    except BaseException:  # a bad option value: every forward as it was
+        restore_forwards(saved)
+        raise
     return saved
 
 def restore_forwards(saved:list):

@@ -73,7 +73,7 @@ def _register_comm_hook(ddp:DistributedDataParallel, comm_hook:str|None, state=N
     if state is None and comm_hook == 'powersgd': state = powerSGD_hook.PowerSGDState(process_group=None)
     ddp.register_comm_hook(state, _COMM_HOOKS[comm_hook])
 
-# %% ../nbs/10_distributed.ipynb #eadc5c1b
+# %% ../nbs/10_distributed.ipynb #2e9bab58
 def _device_for(model:nn.Module, device)->torch.device:
     "The device to train on: `device` (an int means `cuda:<int>`), else `cuda:<local rank>` with CUDA, else the model's"
     if device is not None: return torch.device(f'cuda:{device}' if isinstance(device, int) else device)
@@ -131,7 +131,7 @@ class DistributedTrainer(Callback):
         compile_options(compile)
         self.device, self.sync_bn, self.ddp_kwargs, self.swapped = device, sync_bn, ddp_kwargs, []
         self.comm_hook, self.comm_hook_state, self.compile, self.compiled = comm_hook, comm_hook_state, compile, []
-        self.model = self.inner = self.dls = self.world = None
+        self.model = self.inner = self.dls = self.world = self.wrapped = None
 
     def _compile_options(self, model:nn.Module)->dict|None:
         "The torch.compile options of this wrap: `compile`'s, or `{}` for a model compiled by the user"
@@ -146,12 +146,17 @@ class DistributedTrainer(Callback):
         learn = self.learn
         opts = self._compile_options(learn.model)
         inner = unwrap_model(learn.model)   # a model the user compiled is compiled again, after wrapping
-        self.model, self.inner, self.dls = learn.model, inner, learn.dls
-        learn.model = self._wrap_model(inner, _device_for(inner, self.device), opts)  # learn is unchanged if it raises
-        if opts is not None: self.compiled = compile_forwards(self._compiled_modules(), opts)
-        learn.dls = DataLoaders(*[dl if isinstance(dl, DistributedDL) else
-                                  DistributedDL.from_dl(dl, rank=world.rank, world_size=world.world_size, pad=(i == 0))
-                                  for i, dl in enumerate(learn.dls.loaders)])
+        dls = DataLoaders(*[dl if isinstance(dl, DistributedDL) else
+                            DistributedDL.from_dl(dl, rank=world.rank, world_size=world.world_size, pad=(i == 0))
+                            for i, dl in enumerate(learn.dls.loaders)])
+        model = self._wrap_model(inner, _device_for(inner, self.device), opts)  # the Learner is unchanged if it raises
+        if opts is not None:
+            try: self.compiled = compile_forwards(self._compiled_modules(model), opts)
+            except BaseException:
+                self._unwrap_model(model)
+                raise
+        self.model, self.inner, self.dls, self.wrapped = learn.model, inner, learn.dls, model
+        learn.model, learn.dls = model, dls
         self.world = learn.world = world
         self.logger = learn.logger
         self.progress = getattr(learn, 'progress', None)
@@ -173,12 +178,12 @@ class DistributedTrainer(Callback):
         _register_comm_hook(ddp, self.comm_hook, self.comm_hook_state)
         return ddp
 
-    def _compiled_modules(self)->list:
-        "The modules whose `forward` `compile` compiles: the model DDP wraps"
-        return [self.inner]
+    def _compiled_modules(self, model:nn.Module)->list:
+        "The modules whose `forward` `compile` compiles: the one the DDP wrapper `model` wraps"
+        return [model.module]
 
-    def _unwrap_model(self):
-        "Undo what `_wrap_model` did to the model: BatchNorm layers back"
+    def _unwrap_model(self, model:nn.Module):
+        "Undo what `_wrap_model` did to the Learner's model, which `model` wraps: BatchNorm layers back"
         revert_sync_batchnorm(self.swapped)
         self.swapped = []
 
@@ -188,10 +193,10 @@ class DistributedTrainer(Callback):
         learn = self.learn
         restore_forwards(self.compiled)
         self.compiled = []
-        self._unwrap_model()
+        self._unwrap_model(self.wrapped)
         learn.model, learn.dls, learn.logger, learn.world = self.model, self.dls, self.logger, None
         if self.progress is not None: self.progress.enabled = self.progress_enabled
-        self.model = self.inner = self.dls = None
+        self.model = self.inner = self.dls = self.wrapped = None
 
     def before_fit(self):
         "Check that every rank agrees on what it will run (`preflight_check`)"
@@ -208,8 +213,8 @@ class DistributedTrainer(Callback):
 
     def before_validate(self):
         "Validate with the plain module (compiled too): no collective per batch, so uneven shards never wait"
-        self.ddp, self.learn.model = self.learn.model, self.inner
-    def after_validate(self): self.learn.model = self.ddp
+        self.learn.model = self.inner
+    def after_validate(self): self.learn.model = self.wrapped
 
 # %% ../nbs/10_distributed.ipynb #2ee70c74
 _STRATEGIES = {'ddp': DistributedTrainer}   # strategy name -> trainer callback class; distrib.fsdp adds 'fsdp'

@@ -88,7 +88,7 @@ def _shard_classes(shard_classes)->tuple:
     if bad: raise TypeError(f"shard_classes must be nn.Module subclasses, got {bad}")
     return cs
 
-# %% ../nbs/10d_fsdp.ipynb #a4e0c989
+# %% ../nbs/10d_fsdp.ipynb #b8e644b6
 def _whole(t, device=None):
     "`t` whole: a `DTensor` gathered (a collective), moved to `device` unless 0-d (a step count stays where it is)"
     if DTensor is not None and isinstance(t, DTensor): t = t.full_tensor()
@@ -125,7 +125,7 @@ class FSDPTrainer(DistributedTrainer):
         self.shard_classes, self.min_params = _shard_classes(shard_classes), min_params
         self.param_dtype, self.reduce_dtype = _dtype(param_dtype, 'param_dtype'), _dtype(reduce_dtype, 'reduce_dtype')
         self.reshard_after_forward, self.cpu_offload = reshard_after_forward, cpu_offload
-        self.sharded = self.plain_opt = self.mp_dtype = None
+        self.plain_opt = self.sharded_opt = self.mp_dtype = None
         self.units = []
 
     def _mp_policy(self, device:torch.device, dtype:torch.dtype):
@@ -152,22 +152,27 @@ class FSDPTrainer(DistributedTrainer):
         self.units = shard_model(sharded, init_device_mesh(device.type, (dist.get_world_size(),)),
                                  self.shard_classes, self.min_params, **kw)
         load_model_state(sharded, model.state_dict(), from_rank0=True)
-        self.sharded, self.plain_opt = sharded, learn.opt
-        if learn.opt is not None:
-            learn.opt = learn.opt_func(sharded.parameters(), lr=learn.lr)
-            load_opt_state(sharded, learn.opt, self.plain_opt.state_dict(), from_rank0=True)
+        self.plain_opt, self.sharded_opt = learn.opt, None
+        if learn.opt is not None:   # the Learner gets it in `wrap`, once nothing else can fail
+            self.sharded_opt = learn.opt_func(sharded.parameters(), lr=learn.lr)
+            load_opt_state(sharded, self.sharded_opt, learn.opt.state_dict(), from_rank0=True)
         return sharded
 
-    def _compiled_modules(self)->list:
+    def wrap(self):
+        "As `DistributedTrainer.wrap`, the model sharded; the Learner's optimizer becomes one over the shards"
+        super().wrap()
+        if self.sharded_opt is not None: self.learn.opt, self.sharded_opt = self.sharded_opt, None
+
+    def _compiled_modules(self, model:nn.Module)->list:
         "Each sharded block and the root: their forwards run between FSDP's gathers"
         return self.units
 
     @torch.no_grad()
-    def _unwrap_model(self):
+    def _unwrap_model(self, sharded:nn.Module):
         """The trained weights and optimizer state into the Learner's model and optimizer, one whole tensor at a
         time, straight to the Learner's model's device (not while an exception propagates)"""
-        learn, sharded, opt = self.learn, self.sharded, self.learn.opt
-        learn.opt, self.sharded, self.units = self.plain_opt, None, []
+        learn, opt = self.learn, self.learn.opt
+        learn.opt, self.sharded_opt, self.units = self.plain_opt, None, []
         if _handling_exception(): return   # gathering needs every rank, and some may be gone
         mine, device = self.inner.state_dict(), _model_device(self.inner)
         for k, v in sharded.state_dict().items(): mine[k].copy_(_whole(v))
@@ -189,14 +194,14 @@ class FSDPTrainer(DistributedTrainer):
 
     def after_train(self):
         "Every rank takes rank 0's buffers (BatchNorm running statistics), as under DDP"
-        for b in self.sharded.buffers(): dist.broadcast(b, src=0)
+        for b in self.wrapped.buffers(): dist.broadcast(b, src=0)
 
     def before_validate(self):
         """Validate the sharded model, whose forward gathers the shards: the ranks agree now on the number of
         forwards (the most batches of a rank); a rank without batches gets one of rank 0's"""
         self.n_forward, self.xb, self.spare = 0, None, None
         n = len(self.learn.dl)
-        most = torch.tensor([n, -n], device=_model_device(self.sharded))
+        most = torch.tensor([n, -n], device=_model_device(self.wrapped))
         dist.all_reduce(most, op=dist.ReduceOp.MAX)
         self.most, fewest = most[0].item(), -most[1].item()
         if fewest == 0 < self.most:
@@ -216,7 +221,7 @@ class FSDPTrainer(DistributedTrainer):
                 self.learn._split_batch(self.spare)
                 self.xb = self.learn.xb
             with torch.no_grad():
-                for _ in range(self.most - self.n_forward): self.sharded(*self.xb)
+                for _ in range(self.most - self.n_forward): self.wrapped(*self.xb)
         self.xb = self.spare = None
         for m in self.units: m.reshard()
 
