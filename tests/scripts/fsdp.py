@@ -327,10 +327,10 @@ if hasattr(Learner, 'fit_one_cycle'):
 else: print('SKIP merged_fit_one_cycle (no Learner.fit_one_cycle in this branch)') if rank == 0 else None
 if hasattr(Learner, 'lr_find'):
     a, b = learner(), learner()
-    with a.distrib_ctx(): sa = a.lr_find(num_it=20)
+    with a.distrib_ctx(): sa = a.lr_find(num_it=20, show_plot=False)
     w0 = weights(b.model)
-    with b.distrib_ctx(**FSDP): sb = b.lr_find(num_it=20)
-    check('merged_lr_find', repr(sa) == repr(sb) and torch.equal(weights(b.model), w0), f'{sa} {sb}')
+    with b.distrib_ctx(**FSDP): sb = b.lr_find(num_it=20, show_plot=False)
+    check('merged_lr_find', rel(list(sb), list(sa)) <= 1e-6 and torch.equal(weights(b.model), w0), f'{sa} {sb}')
 else: print('SKIP merged_lr_find (no Learner.lr_find in this branch)') if rank == 0 else None
 teardown_distrib()
 print(f'rank {rank} done')
