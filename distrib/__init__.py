@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/15_api.ipynb #7d84b92e
+# %% ../nbs/15_api.ipynb #8063e829
 __version__ = "0.1.0"
 from .world import (World, WorldError, detect_world, current_world, rank_distrib, num_distrib,
                            local_rank_distrib, pg_initialized)
@@ -21,10 +21,14 @@ from .callback import (Callback, events, CancelFitException, CancelEpochExceptio
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
 from .metrics import Metric, AvgMetric, AvgLoss, AccumMetric, accuracy
 from .recorder import Recorder, ProgressCallback, GatherPreds
+from .state import (is_sharded, full_model_state, full_opt_state, set_full_model_state, set_full_opt_state,
+                           save_sharded, load_sharded)
 from .learner import Learner, DataLoaders, unwrap_model
 from .parallel import ParallelTrainer, ParallelModule
 from .distributed import DistributedTrainer, DistributedModule, convert_sync_batchnorm, revert_sync_batchnorm
 from .preflight import preflight_check
+from .compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets
+from .fsdp import FSDPTrainer, shard_model, local_state_bytes, clip_grad_norm_
 from .accumulate import GradientAccumulation, SYNC_STRATEGIES
 from .mixed_precision import MixedPrecision
 from .preemption import Preempted, StopSignals

@@ -92,11 +92,12 @@ def save_file(obj,          # what `torch.save` writes
     _fsync_dir(file.parent)
     return file
 
-# %% ../nbs/07a_files.ipynb #d611040c
+# %% ../nbs/07a_files.ipynb #046b50de
 def load_file(file:Path|str,         # a file written by `torch.save`
               map_location=None,     # as `torch.load`'s
+              mmap:bool=False,       # map the file instead of reading it (as `torch.load`'s `mmap`)
              ):                      # what was saved
-    """`torch.load(file, map_location, weights_only=True)`, after checking that `file` is complete. Raises
+    """`torch.load(file, map_location, weights_only=True, mmap=mmap)`, after checking that `file` is complete. Raises
     `FileNotFoundError` naming a missing file, `EOFError` naming an empty or truncated one (it is incomplete),
     and what `torch.load` raises for other damage or for objects `weights_only` refuses."""
     file = Path(file)
@@ -111,7 +112,7 @@ def load_file(file:Path|str,         # a file written by `torch.save`
     if why is not None:
         raise EOFError(f"{file} is incomplete: {why}. It was cut short while being written (a save killed or out of "
                        f"space, a copy interrupted); save it again, or load an earlier file")
-    return torch.load(file, map_location=map_location, weights_only=True)
+    return torch.load(file, map_location=map_location, weights_only=True, mmap=mmap)
 
 # %% ../nbs/07a_files.ipynb #c53ff85e
 def opt_type(opt)->str:

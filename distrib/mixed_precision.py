@@ -11,8 +11,12 @@ from .learner import _model_device
 # %% auto #0
 __all__ = ['MixedPrecision']
 
-# %% ../nbs/14_mixed_precision.ipynb #fb6bab06
+# %% ../nbs/14_mixed_precision.ipynb #b2297b2c
 _DTYPES = {'fp16': torch.float16, 'float16': torch.float16, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16}
+
+def _default_dtype(device_type:str)->torch.dtype:
+    "The 16-bit type `MixedPrecision` uses by default on `device_type`: bfloat16 on CPU, float16 elsewhere"
+    return torch.bfloat16 if device_type == 'cpu' else torch.float16
 
 def _to_float(o):
     "`o` (a tensor or nested tuples/lists/dicts of them) with float16/bfloat16 tensors converted to float32"
@@ -70,7 +74,7 @@ class MixedPrecision(Callback):
         if not _autocast_available(self.device_type):
             raise RuntimeError(f"torch has no autocast for device type {self.device_type!r}: "
                                "train without MixedPrecision")
-        self.autocast_dtype = self.dtype or (torch.bfloat16 if self.device_type == 'cpu' else torch.float16)
+        self.autocast_dtype = self.dtype or _default_dtype(self.device_type)
         use = self.autocast_dtype == torch.float16 if self.use_scaler is None else self.use_scaler
         self.scaler = _grad_scaler(self.device_type, **self.scaler_kwargs) if use else None
 
