@@ -15,6 +15,14 @@ def launch(script, *args, nproc=2, launcher_args=(), timeout=120, cwd=None, env=
 @pytest.fixture
 def run_launch(): return launch
 
+# The files whose jobs take longest, first: `pytest -n 2 --dist loadfile` hands files to its two workers in this
+# order, so the long ones do not start last and leave one worker idle at the end
+SLOW_FIRST = ['test_fsdp', 'test_clusters', 'test_checkpoint', 'test_faults', 'test_launch', 'test_distributed']
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(item.fspath).stem, len(SLOW_FIRST)))  # stable: order within a file kept
+
 def launch_ok(script, nproc=2, timeout=300)->str:
     "Run `script` under distrib.launch, assert it succeeded; its stdout (one job serving several tests)"
     r = launch(script, nproc=nproc, timeout=timeout)

@@ -29,6 +29,7 @@ def test_lockstep_changes_neither_loop(bench, every, lead):
     assert res_a == alone
     assert max(abs(x - y) for x, y in zip(res_a, res_b)) < 1e-6
 
+@pytest.mark.bench
 def test_script_runs(tmp_path):
     "The whole script with the fewest repetitions: every section reports, both sides did the same work"
     r = subprocess.run([sys.executable, str(ROOT/'bench'/'overhead.py'), '--reps', '3', '--runs', '1'],

@@ -1,8 +1,10 @@
 """bench/strategies.py runs end to end with the smallest settings: the configurations report, all did the same work.
 Two of the four (each launch costs seconds): DDP, and compiled FSDP; tests/test_compile.py covers compiling."""
 import json, subprocess, sys
+import pytest
 from conftest import ROOT
 
+@pytest.mark.bench
 def test_script_runs():
     r = subprocess.run([sys.executable, str(ROOT/'bench'/'strategies.py'), '--hidden', '64', '--layers', '2',
                         '--steps', '2', '--warmup', '1', '--batch', '2', '--timeout', '600',

@@ -65,26 +65,35 @@ def _main(*argv, timeout=60):
     return subprocess.run([sys.executable, '-m', 'distrib.launch', *map(str, argv)], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
 
-def test_help_and_bad_arguments(tmp_path):
-    "--help exits 0; argument errors are one line in distrib's words, exit code 2, before any worker starts"
-    for h in ('--help', '-h'):
-        r = _main(h)
-        assert r.returncode == 0 and r.stderr == '' and '--nproc_per_node N' in r.stdout and '--gpus' in r.stdout, r
+def _main_here(capsys, *argv):
+    "distrib.launch's main in this process (what `python -m distrib.launch` runs): (exit code, stdout, stderr)"
+    from distrib.launch import main
+    code = main(list(map(str, argv)))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+def test_help_and_bad_arguments(tmp_path, capsys):
+    """--help exits 0; argument errors are one line in distrib's words, exit code 2, before any worker starts.
+    `python -m distrib.launch` once; the other cases call its `main` here (each process would import torch again)"""
+    r = _main('--help')
+    assert r.returncode == 0 and r.stderr == '' and '--nproc_per_node N' in r.stdout and '--gpus' in r.stdout, r
+    code, out, err = _main_here(capsys, '-h')
+    assert code == 0 and err == '' and out.strip() == r.stdout.strip(), (code, out, err)
     s = tmp_path/'ok.py'; s.write_text('')
     for argv, words in ((['nope.py'], 'does not exist'), (['--nproc_per_node', '0', s], '--nproc_per_node 0: expected'),
                         (['--nproc_per_node', 'abc', s], '--nproc_per_node abc: expected'),
                         (['--epochs', '2', s], 'unknown option --epochs before the script'),
                         ([tmp_path], 'is a directory, not a script')):
-        r = _main(*argv)
-        assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and words in r.stderr, (argv, r.stderr)
+        code, out, err = _main_here(capsys, *argv)
+        assert code == 2 and len(err.splitlines()) == 1 and words in err, (argv, err)
     import socket
     with socket.socket() as busy:
         busy.bind(('127.0.0.1', 0)); busy.listen()
         port = busy.getsockname()[1]
-        r = _main('--master_port', port, s)
-    assert r.returncode == 2, r.stderr
-    assert r.stderr == f'distrib.launch: error: --master_port {port}: the port is in use (another job, or another ' \
-                       f'program): leave --master_port out, and distrib.launch picks a free port\n', r.stderr
+        code, out, err = _main_here(capsys, '--master_port', port, s)
+    assert code == 2, err
+    assert err == f'distrib.launch: error: --master_port {port}: the port is in use (another job, or another ' \
+                  f'program): leave --master_port out, and distrib.launch picks a free port\n', err
 
 def _free_port()->int:
     import socket
