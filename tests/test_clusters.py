@@ -68,9 +68,9 @@ def test_sbatch(slurm, digits_torchrun, tmp_path):
     shape = ['--nodes=1', '--gpus-per-node=0', '--time=10', f'--chdir={ROOT}']  # this one node, no GPU
     jobs = {'train.sbatch': ['--ntasks-per-node=2', '--cpus-per-task=1'],
             'train_torchrun.sbatch': ['--cpus-per-task=2']}
+    ck = {'train.sbatch': ['--checkpoint', tmp_path/'digits_ck']}   # not in the repository's checkpoints/
     ids = {name: _sbatch(slurm, *shape, *opts, f'--output={tmp_path}/{name}.out', ROOT/'examples'/'slurm'/name,
-                         '--data', digits_torchrun[1], *(['--checkpoint', tmp_path/'digits_ck'] if name == 'train.sbatch'
-                                                         else []), env=_env(slurm.env))
+                         '--data', digits_torchrun[1], *ck.get(name, []), env=_env(slurm.env))
            for name, opts in jobs.items()}
     for name, job_id in ids.items():
         state = slurm.wait_job(job_id, timeout=300)
