@@ -4,6 +4,7 @@
     python examples/train_digits.py                                        # the same script, one process
     srun -n 2 python examples/train_digits.py                              # Slurm (see examples/slurm/)
     mpirun -n 2 python examples/train_digits.py                            # Open MPI or MPICH
+    sbatch examples/slurm/train.sbatch    # checkpoints; on SIGUSR1 before the time limit: saves, requeues, resumes
 
 Rank 0 prepares the data first (`rank0_first`) and caches it; the other ranks read the cache. `distrib_ctx`
 trains with DistributedDataParallel, each rank on its shard of every epoch; rank 0 prints the epoch table.
@@ -13,13 +14,17 @@ With W processes, each step trains on W batches of `--bs` (the global batch is W
 fewer steps. `--scale lr` multiplies the learning rate by W (the linear scaling rule of Goyal et al., 2017,
 "Accurate, Large Minibatch SGD"); `--scale epochs` multiplies the epochs by W (the steps of one process, W times
 the samples).
+
+`--checkpoint DIR` writes the training state to DIR at the end of every epoch and when SIGTERM or SIGUSR1 arrives
+(`Checkpoint`), and the same command resumes from the latest; `--requeue` (Slurm batch jobs) also requeues the job
+after the checkpoint of SIGUSR1 (`#SBATCH --signal=USR1@120`), which then resumes and finishes.
 """
 import argparse, os, time
 from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from distrib import Learner, DataLoaders, accuracy, rank0_first, rank_distrib, num_distrib
+from distrib import Learner, DataLoaders, Checkpoint, accuracy, rank0_first, rank_distrib, num_distrib
 
 def prepare_digits(cache:Path)->dict:
     "Load digits, scale pixels to [0, 1], split 80/20 with a fixed seed; cached in `cache` (written atomically)"
@@ -45,6 +50,8 @@ def main():
     p.add_argument('--data', type=Path, default=Path('data/digits.pt'), help='cache file for the prepared data')
     p.add_argument('--scale', choices=('none', 'lr', 'epochs'), default='none',
                    help='multiply the learning rate, or the epochs, by the world size (default: neither)')
+    p.add_argument('--checkpoint', type=Path, help='checkpoint directory: save every epoch, on a stop signal; resume')
+    p.add_argument('--requeue', action='store_true', help='Slurm: requeue the job after the checkpoint of SIGUSR1')
     args = p.parse_args()
     w = num_distrib()
     lr, epochs = args.lr * (w if args.scale == 'lr' else 1), args.epochs * (w if args.scale == 'epochs' else 1)
@@ -55,8 +62,10 @@ def main():
     torch.manual_seed(0)  # DDP starts every rank from rank 0's weights anyway
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     learn = Learner(dls, model, nn.functional.cross_entropy, lr=lr, metrics=accuracy)
+    cbs = [Checkpoint(args.checkpoint, signals=('SIGTERM', 'SIGUSR1'), auto_requeue=args.requeue)] \
+          if args.checkpoint else []
     with learn.distrib_ctx():
-        learn.fit(epochs)
+        learn.fit(epochs, cbs=cbs)
     valid_loss, acc = learn.recorder.values[-1][1:]
     if rank_distrib() == 0:  # every rank runs the whole script: print once
         print(f"world size {w}: lr {lr:g}, {epochs} epochs, global batch {w*args.bs}: valid accuracy {acc:.4f}, "

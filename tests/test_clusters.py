@@ -2,7 +2,7 @@
 `srun`, `sbatch` and `mpirun` start examples/train_digits.py on 2 processes that find each other with no variable
 set by hand, and report the numbers of the torchrun run; `python -m distrib.env --check` under each says what it
 detected; a preempted batch job is requeued from rank 0 and runs again. Several checks per job: they are slow."""
-import shlex, sys, time
+import re, shlex, sys, time
 from pathlib import Path
 from conftest import ROOT, SCRIPTS, digits_numbers
 from distrib.clusters import job_port
@@ -53,31 +53,39 @@ def _wait_lines(path:Path, word:str, n:int, timeout:float=120)->str:
         time.sleep(0.2)
 
 def test_sbatch(slurm, digits_torchrun, tmp_path):
-    """Batch jobs: a preempted job requeued from rank 0, then examples/slurm/train.sbatch (one task per process) and
-    train_torchrun.sbatch (one torchrun per node) as written, which run while the requeued job waits to start again.
-    `scancel --signal=USR1` (what `#SBATCH --signal=USR1@60` sends) reaches every rank of the step; rank 0's
-    `requeue_slurm_job` requeues the job; its second run sees restart_count 1 and the same job id."""
+    """Batch jobs: a training preempted by SIGUSR1 and requeued by `Checkpoint(auto_requeue=True)`, then
+    examples/slurm/train.sbatch (one task per process) and train_torchrun.sbatch (one torchrun per node) as written,
+    which run while the requeued job waits to start again. `scancel --signal=USR1` (what `#SBATCH --signal=USR1@60`
+    sends) reaches every rank of the step; they stop at the same step with a checkpoint, rank 0 requeues the job;
+    its second run (restart_count 1, the same job id) resumes from the checkpoint and ends with the weights and
+    recorded values of an uninterrupted fit, exactly, and the job COMPLETED."""
     out = tmp_path/'requeue.out'
     requeued = _sbatch(slurm, '-n', '2', '--requeue', '--open-mode=append', f'--output={out}', '--wrap',
-                       f'srun python {SCRIPTS/"slurm_requeue.py"}', env=_env(slurm.env))
-    _wait_lines(out, 'READY', 2)  # a signal sent before the handlers exist would end the tasks
+                       f'srun python {SCRIPTS/"slurm_requeue.py"} {tmp_path}', env=_env(slurm.env))
+    _wait_lines(out, 'READY', 2)  # in the middle of training, every rank's handler installed
+    start = time.monotonic()
     slurm.run('scancel', '--signal=USR1', requeued)
     shape = ['--nodes=1', '--gpus-per-node=0', '--time=10', f'--chdir={ROOT}']  # this one node, no GPU
     jobs = {'train.sbatch': ['--ntasks-per-node=2', '--cpus-per-task=1'],
             'train_torchrun.sbatch': ['--cpus-per-task=2']}
+    ck = {'train.sbatch': ['--checkpoint', tmp_path/'digits_ck']}   # not in the repository's checkpoints/
     ids = {name: _sbatch(slurm, *shape, *opts, f'--output={tmp_path}/{name}.out', ROOT/'examples'/'slurm'/name,
-                         '--data', digits_torchrun[1], env=_env(slurm.env)) for name, opts in jobs.items()}
+                         '--data', digits_torchrun[1], *ck.get(name, []), env=_env(slurm.env))
+           for name, opts in jobs.items()}
     for name, job_id in ids.items():
         state = slurm.wait_job(job_id, timeout=300)
         text = (tmp_path/f'{name}.out').read_text()
         assert state == ('COMPLETED', '0:0'), (name, state, text[-3000:])
         _same_numbers(text, digits_torchrun)
     assert slurm.wait_job(requeued, timeout=180) == ('COMPLETED', '0:0'), out.read_text()[-3000:]
+    print(f"signal to the requeued job's end: {time.monotonic() - start:.1f} s")
     text = out.read_text()
-    for rank in (0, 1):
-        assert f'USR1 rank {rank} received' in text, text
-        assert f'RESTARTED rank {rank} of 2 restart_count 1 job {requeued}' in text, text
-    assert text.count('REQUEUED') == 1 and slurm.job(requeued)['Restarts'] == '1', text
+    assert f'requeued Slurm job {requeued}; exiting with code 138' in text, text
+    for rank in (0, 1): assert f'RESTARTED rank {rank} restart_count 1' in text, text
+    final = re.findall(r'^FINAL max_diff=(\S+) values_equal=(\S+) resumed_from=(\S+)', text, re.M)
+    assert len(final) == 1 and final[0][:2] == ('0.0', 'True') and final[0][2].startswith('step-'), text
+    assert slurm.job(requeued)['Restarts'] == '1', text
+    assert re.search(r'^Resumed from .*/ck/step-\d+\.pth: epoch 1, after batch [1-9]\d* of 32$', text, re.M), text
 
 def test_mpirun(slurm, mpirun_env, digits_torchrun, tmp_path):
     """mpirun -n 2: the digits example (Open MPI's variables, rank 0 on this host); then mpirun inside an sbatch job,

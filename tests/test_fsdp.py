@@ -70,5 +70,29 @@ def test_callbacks_as_under_ddp(out, name):
     assert checked(out, f'merged_{name}'), out
 
 def test_checkpoint_resumes_fsdp_mid_epoch(out):
-    "Checkpoint gathers the sharded state to rank 0 in the one-process format and resumes to the uninterrupted weights"
-    assert checked(out, 'checkpoint_resume'), out
+    """Checkpoint under FSDP writes sharded directories by default (every rank its shards) and, with sharded=False,
+    whole files gathered on rank 0; either resumes in the middle of an epoch to the uninterrupted fit, bit for bit"""
+    for name in ['checkpoint_sharded_layout', 'ck_sharded_resume', 'checkpoint_whole_layout', 'ck_whole_resume']:
+        assert checked(out, name), out
+
+def test_checkpoint_reshards_2_to_3(runs):
+    """The W=2 Checkpoint directories on 3 ranks: the mid-epoch one refused, the epoch's one resumed (its state
+    exactly, a warning on the global batch)"""
+    for name in ['checkpoint_mid_epoch_other_world_refused', 'checkpoint_reshard_2_to_3']:
+        assert checked(runs[1][3], name), runs[1][3]
+
+def test_checkpoint_directory_loads_in_one_process(runs):
+    "A Checkpoint directory 2 ranks wrote, with learn.load in this process: the whole file of the same step's state"
+    from torch.utils.data import DataLoader, TensorDataset
+    from distrib import Learner, DataLoaders
+    tmp = runs[0]
+    whole = torch.load(tmp/'w2'/'step-6.pth', weights_only=True)
+    dl = DataLoader(TensorDataset(torch.randn(4, 4), torch.zeros(4, dtype=torch.long)), batch_size=2)
+    model = nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2))
+    learn = Learner(DataLoaders(dl, dl), model, nn.functional.cross_entropy, opt_func=torch.optim.Adam, path=tmp,
+                    model_dir='w2/ck_one')
+    learn.load('step-6')
+    for k, v in model.state_dict().items(): assert torch.equal(v, whole['model'][k]), k
+    state = learn.opt.state_dict()['state']
+    for i, s in whole['opt']['state'].items():
+        for k, v in s.items(): assert torch.equal(state[i][k], v), (i, k)

@@ -2,7 +2,7 @@
 Run: python -m distrib.launch --nproc_per_node W tests/scripts/fsdp.py <shared tmp dir>
 The W=2 run leaves a sharded checkpoint and its reference state in <tmp>/w2 for the W=3 run and for one process.
 Rank 0 prints one 'CHECK <name> OK <figures>' line per check; a violated property raises (non-zero exit)."""
-import shutil, sys
+import os, shutil, sys, warnings
 from functools import partial
 from pathlib import Path
 import torch
@@ -331,22 +331,81 @@ w0 = weights(b.model)
 with b.distrib_ctx(**FSDP): sb = b.lr_find(num_it=20, show_plot=False)
 check('merged_lr_find', rel(list(sb), list(sa)) <= 1e-6 and torch.equal(weights(b.model), w0), f'{sa} {sb}')
 
-# 11. Checkpoint under FSDP: the whole state gathered to rank 0 every 3 steps; stopped after step 10 (epoch 1,
-# batch 4), a new Learner resumes from step 9 in the middle of epoch 1 and ends as the uninterrupted fit
+# 11. Checkpoint under FSDP: every 3 steps and at the end of each epoch (6 steps); stopped after step 10 (epoch 1,
+# batch 4), a new Learner resumes from step 9 in the middle of epoch 1 and ends as the uninterrupted fit, bit for bit:
+# sharded by default (directories step-N, every rank its shards), and whole files gathered on rank 0 (sharded=False)
 class StopAfter(Callback):
     def __init__(self, n): self.n, self.steps = n, 0
     def after_step(self):
         self.steps += 1
         if self.steps == self.n: raise distrib.CancelFitException()
-if rank == 0: shutil.rmtree(tmp/'ck_fsdp', ignore_errors=True)
-dist.barrier()
-fit(cbs=[distrib.Checkpoint('ck_fsdp', every_n_steps=3), StopAfter(10)], ctx=FSDP)
-resumed = learner(model=nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2)))
-ck = distrib.Checkpoint('ck_fsdp', every_n_steps=3)
-with resumed.distrib_ctx(**FSDP): resumed.fit(2, cbs=ck)
-d = rel(weights(resumed.model), weights(full.model))
-saved = torch.load(tmp/'ck_fsdp'/'step-9.pth', weights_only=True)
-check('checkpoint_resume', d <= 1e-6 and ck.resumed_from.name == 'step-9.pth' and
-      list(saved['model']) == list(new_model().state_dict()), f'max_rel={d:.2e} from {ck.resumed_from}')
+
+class Capture(Callback):
+    "The whole model and optimizer state at the first epoch of the fit, after Checkpoint resumed (order 90)"
+    order = 95
+    state = None
+    def before_epoch(self):
+        if self.state is not None: return   # copies: Adam's `step` tensors are updated in place
+        opt = full_opt_state(self.learn.model, self.learn.opt, rank0_only=False)
+        self.state = ({k: v.clone() for k, v in full_model_state(self.learn.model, rank0_only=False).items()},
+                      {'state': {i: {k: v.clone() for k, v in s.items()} for i, s in opt['state'].items()}})
+
+def same_state(a:dict, b:dict)->float:
+    "Largest difference between two (model, optimizer) whole states"
+    diffs = [((a[0][k] - b[0][k]).abs().max().item(), k) for k in b[0]]
+    diffs += [((a[1]['state'][i][k] - b[1]['state'][i][k]).abs().max().item(), (i, k)) for i in b[1]['state']
+              for k in b[1]['state'][i]]
+    return max(d for d, _ in diffs)
+
+def fresh_learner(): return learner(model=nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(),
+                                                        nn.Linear(33, 2)))
+for name, sharded in (('ck_sharded', None), ('ck_whole', False)):
+    if rank == 0: shutil.rmtree(tmp/name, ignore_errors=True)
+    dist.barrier()
+    fit(cbs=[distrib.Checkpoint(name, every_n_steps=3, sharded=sharded), StopAfter(10)], ctx=FSDP)
+    listed = [p.name for _, p in distrib.checkpoints(tmp/name)]
+    if sharded is None:
+        files = sorted(p.name for p in (tmp/name/'step-9').iterdir())
+        check('checkpoint_sharded_layout', listed == ['step-6', 'step-9'] and sorted(os.listdir(tmp/name)) == listed
+              and files == ['.metadata'] + [f'__{r}_0.distcp' for r in range(W)], f'{listed} {files}')
+    else:
+        saved = torch.load(tmp/name/'step-9.pth', weights_only=True)
+        check('checkpoint_whole_layout', listed == ['step-6.pth', 'step-9.pth'] and
+              list(saved['model']) == list(new_model().state_dict()), f'{listed}')
+    if W == 2 and rank == 0:   # for the W=3 run and one process, before the resumed fit replaces them
+        if sharded is None:
+            for d in ('ck', 'ck_one'): shutil.rmtree(tmp/'w2'/d, ignore_errors=True)
+            shutil.copytree(tmp/name, tmp/'w2'/'ck')
+            shutil.copytree(tmp/name/'step-6', tmp/'w2'/'ck_one'/'step-6')
+        else: shutil.copy(tmp/name/'step-6.pth', tmp/'w2'/'step-6.pth')
+    resumed, ck = fresh_learner(), distrib.Checkpoint(name, every_n_steps=3, sharded=sharded)
+    with resumed.distrib_ctx(**FSDP): resumed.fit(2, cbs=ck)
+    d = max_diff(resumed.model, full.model)
+    check(f'{name}_resume', d == 0 and ck.resumed_from.name == listed[-1] and
+          resumed.recorder.values == full.recorder.values, f'max_diff={d} from {ck.resumed_from}')
+
+# for the W=3 run: the W=2 sharded checkpoints (step-9 in the middle of epoch 1, step-6 at its start) and the whole
+# file of step 6 (the same training)
+if W == 3 and (tmp/'w2'/'step-6.pth').exists():
+    if rank == 0: shutil.rmtree(tmp/'w3_ck', ignore_errors=True); shutil.copytree(tmp/'w2'/'ck', tmp/'w3_ck')
+    dist.barrier()
+    try:
+        with fresh_learner().distrib_ctx(**FSDP) as l: l.fit(2, cbs=distrib.Checkpoint('w3_ck'))
+        msg = ''
+    except ValueError as e: msg = str(e)
+    check('checkpoint_mid_epoch_other_world_refused', 'only the same number of processes can resume' in msg and
+          'by 2 processes' in msg, msg)
+    if rank == 0: shutil.rmtree(tmp/'w3_ck'/'step-9')
+    dist.barrier()
+    resumed, ck, cap = fresh_learner(), distrib.Checkpoint('w3_ck'), Capture()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        with resumed.distrib_ctx(**FSDP): resumed.fit(2, cbs=[ck, cap])
+    notes = [str(w.message) for w in caught if 'Resuming from' in str(w.message)]
+    whole = torch.load(tmp/'w2'/'step-6.pth', weights_only=True)
+    d = same_state(cap.state, (whole['model'], whole['opt']))
+    ok_note = rank != 0 or any('global batch was 8 (2 processes) and is now 12 (3 processes)' in n for n in notes)
+    check('checkpoint_reshard_2_to_3', d == 0 and ck.resumed_from.name == 'step-6' and ok_note and
+          [p.name for _, p in distrib.checkpoints(tmp/'w3_ck')] == ['step-6', 'step-12'], f'max_diff={d} {notes}')
 teardown_distrib()
 print(f'rank {rank} done')
