@@ -5,11 +5,13 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/15_api.ipynb #974d0b04
+# %% ../nbs/15_api.ipynb #f44d753e
 __version__ = "0.1.0"
 from .world import (World, WorldError, detect_world, current_world, rank_distrib, num_distrib,
                            local_rank_distrib, pg_initialized)
-from .errors import CollectiveTimeoutError, collective_timeout_error, is_peer_failure, ErrorRecord, record_error
+from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, in_collective, ErrorRecord,
+                            record_error, Failure, root_failure)
+from .liveness import long_phase, liveness_timeout, DEFAULT_LIVENESS_TIMEOUT
 from .group import (DEFAULT_TIMEOUT, default_backend, setup_distrib, ensure_distrib, teardown_distrib,
                            distrib_barrier, distrib_timeout, rank0_first)
 from .collectives import broadcast_object, all_reduce_mean, all_reduce_sum, gather_object, gather_in_order
@@ -21,7 +23,7 @@ from .recorder import Recorder, ProgressCallback, GatherPreds
 from .learner import Learner, DataLoaders, unwrap_model
 from .parallel import ParallelTrainer, ParallelModule
 from .distributed import DistributedTrainer, DistributedModule, convert_sync_batchnorm, revert_sync_batchnorm
-from .preflight import preflight_check
+from .preflight import preflight_check, check_models, check_loader
 from .accumulate import GradientAccumulation, SYNC_STRATEGIES
 from .mixed_precision import MixedPrecision
 from .nb_launch import notebook_launch

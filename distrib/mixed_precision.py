@@ -11,7 +11,7 @@ from .learner import _model_device
 # %% auto #0
 __all__ = ['MixedPrecision']
 
-# %% ../nbs/14_mixed_precision.ipynb #a9a0ad7e
+# %% ../nbs/14_mixed_precision.ipynb #8fc609e1
 _DTYPES = {'fp16': torch.float16, 'float16': torch.float16, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16}
 
 def _to_float(o):
@@ -99,7 +99,7 @@ class MixedPrecision(Callback):
         if self.scaler is None: return
         self.skipped = True
         self.scaler.step(self)   # calls self.step() only when the gradients are finite
-        if self.skipped: raise CancelStepException()
+        if self.skipped: raise CancelStepException(every_rank=True)  # all-reduced gradients: the same on every rank
     def after_step(self):
         if self.scaler is not None: self.scaler.update()
 
