@@ -20,7 +20,7 @@ licenses = {
 }
 statuses = [ '0 - Pre-Planning', '1 - Planning', '2 - Pre-Alpha', '3 - Alpha',
     '4 - Beta', '5 - Production/Stable', '6 - Mature', '7 - Inactive' ]
-py_versions = '3.9 3.10 3.11 3.12 3.13'.split()
+py_versions = '3.11'.split()  # the versions CI tests
 
 requirements = shlex.split(cfg.get('requirements', ''))
 if cfg.get('pip_requirements'): requirements += shlex.split(cfg.get('pip_requirements', ''))
@@ -46,7 +46,7 @@ setuptools.setup(
     packages = setuptools.find_packages(include=['distrib', 'distrib.*']),
     include_package_data = True,
     install_requires = requirements,
-    extras_require={ 'dev': dev_requirements },
+    extras_require={ 'dev': dev_requirements, 'tensorboard': (cfg.get('tensorboard_requirements') or '').split() },
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),

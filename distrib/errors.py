@@ -179,7 +179,7 @@ def record_error(e:BaseException,        # the exception to record
     rec.write(path)
     return rec
 
-# %% ../nbs/01_errors.ipynb #3fea3f8b
+# %% ../nbs/01_errors.ipynb #30a69379
 def _signal_text(code:int)->str:
     "'killed by signal 9 (SIGKILL)' for exit code -9"
     try: name = signal.Signals(-code).name
@@ -230,7 +230,8 @@ class Failure:
             return how + (f" (reported by rank {self.reporter})" if self.reporter is not None else '')
         if self.record is not None:
             pos, said = self.record.position, self.record.message
-            return self.record.summary + (f" (in {pos})" if pos and self.own and pos not in said else '')
+            what = f"exited by sys.exit({said})" if self.record.kind == 'exit' else self.record.summary
+            return what + (f" (in {pos})" if pos and self.own and pos not in said else '')
         if self.exitcode is not None and self.exitcode < 0: return _signal_text(self.exitcode)
         return f"exited with code {self.exitcode} without an uncaught exception (sys.exit or os._exit)"
 

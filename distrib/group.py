@@ -15,9 +15,9 @@ from .waits import store_barrier, announce, wait_for
 
 # %% auto #0
 __all__ = ['DEFAULT_TIMEOUT', 'default_backend', 'setup_distrib', 'ensure_distrib', 'distrib_timeout', 'group_timeout',
-           'distrib_barrier', 'teardown_distrib', 'skip_exit_barrier', 'rank0_first']
+           'distrib_barrier', 'teardown_distrib', 'skip_exit_barrier', 'rank0_only', 'rank0_first']
 
-# %% ../nbs/02_group.ipynb #02990e82
+# %% ../nbs/02_group.ipynb #71b7c3f1
 DEFAULT_TIMEOUT = 600.0  # seconds a collective waits for its peers (torch: 1800 for gloo, 600 for NCCL)
 
 class _State:
@@ -42,9 +42,12 @@ def _init_method(world:World)->str:
     "torch's rendezvous URL for `world`: torchrun's store, or rank 0's address given by the environment"
     if world.env in ('torchelastic', 'env'): return 'env://'
     if world.master_addr is None or world.master_port is None:
+        mpi = world.env in ('openmpi', 'mpich')
+        why = " (MPI does not say which host runs it when the job spans several nodes)" if mpi else ""
+        how = ", e.g. `mpirun -x MASTER_ADDR=<host> ...`" if mpi else ""
         raise WorldError(f"{world.env} started this process as rank {world.rank} of {world.world_size}, but the "
-                         "address of rank 0 is unknown: set MASTER_ADDR (rank 0's host) and MASTER_PORT (a free port) "
-                         "for every task, or start one `python -m distrib.launch` per node")
+                         f"address of rank 0 is unknown{why}: set MASTER_ADDR (rank 0's host) and MASTER_PORT (a free "
+                         f"port) for every task{how}, or start one `python -m distrib.launch` per node")
     return f'tcp://{world.master_addr}:{world.master_port}'
 
 def _use_device(device:torch.device|None, world:World):
@@ -178,35 +181,45 @@ def _teardown_at_exit():
         try: dist.destroy_process_group()
         except Exception: pass
 
-# %% ../nbs/02_group.ipynb #0df2cece
-def _rank0_status(name:str, func, args, kwargs)->tuple:
-    "Rank 0's part of `rank0_first`: `(result, status)`, status None or 'Type: message' when `func` raised"
+# %% ../nbs/02_group.ipynb #7a9c5046
+def _rank0_status(phase:str, func)->tuple:
+    "Rank 0's part: `(result, status)` of `func()` run in `long_phase(phase)`; status None or 'Type: message'"
     try:
-        with long_phase(f"rank0_first({name})"): return func(*args, **kwargs), None
+        with long_phase(phase): return func(), None
     except BaseException as e: return e, f"{type(e).__name__}: {e}"
 
-def rank0_first(func, *args, **kwargs):
-    """Run `func(*args, **kwargs)` on rank 0, then, once it returned, on every other rank; return its result.
-    In a world of one it is called once. Creates the process group on first need. If `func` raises on rank 0, the
-    exception propagates there and every other rank raises `PeerFailedError` naming it. Raises what `setup_distrib`
-    raises, and what `distrib_barrier` raises while the others wait (but a stall: rank 0 is in a declared long
-    phase)."""
-    if not ensure_distrib(): return func(*args, **kwargs)
-    name = getattr(func, '__qualname__', getattr(func, '__name__', repr(func)))
+def rank0_only(func,      # called with no argument, on rank 0
+               what:str,  # what it does, in words, after 'could not': 'save models/model.pth'
+              ):          # `func()` on rank 0, None elsewhere
+    """Call `func()` on rank 0 only, in a declared long phase, and return once it ended, on every rank. Every rank
+    must call it: with liveness, the ranks first meet in a barrier through the store (a rank that calls it alone,
+    under `if rank == 0:`, gets `RanksDivergedError` in seconds instead of a hang), then the others wait for rank 0's
+    status through the store for as long as rank 0 is alive; without liveness, rank 0 broadcasts its status. If
+    `func` raises on rank 0, the exception propagates there and every other rank raises `PeerFailedError` naming it.
+    Needs the process group (`ensure_distrib`)."""
     _State.n_rank0_first += 1
-    key, rank0 = f'rank0_first/{_State.n_rank0_first}', dist.get_rank() == 0
+    key, rank0, live = f'rank0_only/{_State.n_rank0_first}', dist.get_rank() == 0, liveness_running()
+    if live: store_barrier(what, group_timeout())
     if rank0:
-        res, status = _rank0_status(name, func, args, kwargs)
-        if liveness_running(): announce(key, status or '')
+        res, status = _rank0_status(what, func)
+        if live: announce(key, status or '')
         else: dist.broadcast_object_list([status], src=0)
         if status is not None: raise res
         return res
-    if liveness_running(): status = wait_for(key, 0, f"rank0_first({name})'s wait for rank 0", group_timeout()) or None
+    if live: status = wait_for(key, 0, f"{what}'s wait for rank 0", group_timeout()) or None
     else:
         box = [None]
         dist.broadcast_object_list(box, src=0)
         status = box[0]
     if status is not None:
-        raise PeerFailedError(f"rank0_first: {name} failed on rank 0 ({status})",
-                              {0: {'how': f"raised {status}", 'where': f"rank0_first({name})"}})
-    return func(*args, **kwargs)
+        raise PeerFailedError(f"Rank 0 could not {what}: {status}", {0: {'how': f"raised {status}", 'where': what}})
+
+def rank0_first(func, *args, **kwargs):
+    """Run `func(*args, **kwargs)` on rank 0, then, once it returned, on every other rank; return its result.
+    In a world of one it is called once. Creates the process group on first need. If `func` raises on rank 0, the
+    exception propagates there and every other rank raises `PeerFailedError` naming it. Raises what `setup_distrib`
+    raises, and what `rank0_only` raises while the others wait (but a stall: rank 0 is in a declared long phase)."""
+    if not ensure_distrib(): return func(*args, **kwargs)
+    name = getattr(func, '__qualname__', getattr(func, '__name__', repr(func)))
+    res = rank0_only(lambda: func(*args, **kwargs), f"run {name} (rank0_first)")
+    return res if dist.get_rank() == 0 else func(*args, **kwargs)

@@ -31,7 +31,7 @@ class Metric:
     @property
     def name(self)->str: return class2attr(self, 'Metric')
 
-# %% ../nbs/06_metrics.ipynb #4aa0f02a
+# %% ../nbs/06_metrics.ipynb #b1ee87ff
 class AvgMetric(Metric):
     """Sample average of `func(pred, *yb)` (which returns a batch mean), summed over ranks by `sync` (fastai's
     AvgMetric). `total` is the float64 sum of `func(...)*bs` since `reset`, `count` the number of samples."""
@@ -58,6 +58,12 @@ class AvgMetric(Metric):
     def value(self)->float|None: return self.total.item()/self.count if self.count else None
     @property
     def name(self)->str: return getattr(self.func, 'func', self.func).__name__
+    def state_dict(self)->dict:
+        "The running sums and count since `reset`, exactly as they are (a pass resumed by `Checkpoint` continues them)"
+        return {'total': self._total.cpu(), 'host': self._host, 'count': self.count}
+    def load_state_dict(self, state:dict):
+        "Continue from `state`, as `state_dict` returned it"
+        self._total, self._host, self.count = state['total'], state['host'], state['count']
 
 class AvgLoss(AvgMetric):
     "Sample average of the loss (`learn.loss`, a batch mean) over a pass"

@@ -11,8 +11,12 @@ from .learner import _model_device
 # %% auto #0
 __all__ = ['MixedPrecision']
 
-# %% ../nbs/14_mixed_precision.ipynb #8fc609e1
+# %% ../nbs/14_mixed_precision.ipynb #25321021
 _DTYPES = {'fp16': torch.float16, 'float16': torch.float16, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16}
+
+def _default_dtype(device_type:str)->torch.dtype:
+    "The 16-bit type `MixedPrecision` uses by default on `device_type`: bfloat16 on CPU, float16 elsewhere"
+    return torch.bfloat16 if device_type == 'cpu' else torch.float16
 
 def _to_float(o):
     "`o` (a tensor or nested tuples/lists/dicts of them) with float16/bfloat16 tensors converted to float32"
@@ -70,7 +74,7 @@ class MixedPrecision(Callback):
         if not _autocast_available(self.device_type):
             raise RuntimeError(f"torch has no autocast for device type {self.device_type!r}: "
                                "train without MixedPrecision")
-        self.autocast_dtype = self.dtype or (torch.bfloat16 if self.device_type == 'cpu' else torch.float16)
+        self.autocast_dtype = self.dtype or _default_dtype(self.device_type)
         use = self.autocast_dtype == torch.float16 if self.use_scaler is None else self.use_scaler
         self.scaler = _grad_scaler(self.device_type, **self.scaler_kwargs) if use else None
 
@@ -102,6 +106,13 @@ class MixedPrecision(Callback):
         if self.skipped: raise CancelStepException(every_rank=True)  # all-reduced gradients: the same on every rank
     def after_step(self):
         if self.scaler is not None: self.scaler.update()
+
+    def state_dict(self)->dict:
+        "The `GradScaler`'s state (scale, growth tracker), for `Checkpoint`; None without a scaler"
+        return {'scaler': self.scaler.state_dict() if self.scaler is not None else None}
+    def load_state_dict(self, state:dict):
+        "Put back the scaler's state `state_dict` returned (the scaler is created at `before_fit`)"
+        if self.scaler is not None and state['scaler']: self.scaler.load_state_dict(state['scaler'])
 
     # `GradScaler.step` sees this callback as the optimizer: it unscales `param_groups` and calls `step`
     @property

@@ -17,7 +17,7 @@ from .learner import Learner, _model_device, unwrap_model
 # %% auto #0
 __all__ = ['preflight_check', 'check_models', 'check_loader']
 
-# %% ../nbs/10a_preflight.ipynb #5f9e6810
+# %% ../nbs/10a_preflight.ipynb #af547ea5
 def _runs(items:list)->str:
     "`items` as runs of equal values: 'float32 x2, float64 x1'"
     out = []
@@ -48,14 +48,18 @@ def _loader_order(dl)->tuple:
     "What fixes the samples and their order in loader `dl`: (shuffle, seed, drop_last, pad)"
     if isinstance(dl, DistributedDL): return (dl.shuffle, dl.seed, dl.drop_last, dl.pad)
     return (isinstance(getattr(dl, 'sampler', None), RandomSampler), None, getattr(dl, 'drop_last', None), None)
+def _length(o)->int:
+    "`len(o)`, or -1 for what has no length (an iterable dataset, its DataLoader)"
+    try: return len(o)
+    except TypeError: return -1
 
 def _preflight_fields(learn:Learner)->dict:
     "What the ranks must agree on before `learn.fit` starts, by readable name: ints, or lists compared by CRC32"
     loaders, params = learn.dls.loaders, list(unwrap_model(learn.model).parameters())
     cbs = sorted(type(cb).__qualname__ for cb in learn.cbs if not getattr(cb, 'local_only', False))
     return {'number of loaders': len(loaders),
-            'training batches per rank': len(loaders[0]) if loaders else 0,
-            'dataset length of each loader': [len(dl.dataset) for dl in loaders],
+            'training batches per rank': _length(loaders[0]) if loaders else 0,
+            'dataset length of each loader': [_length(dl.dataset) for dl in loaders],
             'batch size of each loader': [getattr(dl, 'batch_size', None) for dl in loaders],
             '(shuffle, seed, drop_last, pad) of each loader': [_loader_order(dl) for dl in loaders],
             'model parameter tensors': len(params),
@@ -111,7 +115,7 @@ def preflight_check(learn:Learner):
                          f"on copies of samples that other ranks train on too, counted twice in every step. Use at "
                          f"most {n} process{'es'*(n != 1)} (--nproc_per_node {n}) or more training data.")
 
-# %% ../nbs/10a_preflight.ipynb #fbd933f1
+# %% ../nbs/10a_preflight.ipynb #ca9d71b1
 def check_models(model:nn.Module):
     """Raise the same `RuntimeError` on every rank when the ranks' models differ in the number, shapes or dtypes of
     their parameters or buffers; a no-op without a process group. Every rank must call it (`DistributedTrainer`
@@ -131,7 +135,7 @@ def check_loader(dl, model:nn.Module):
     `validate` or `get_preds`, differs in its dataset length, batch size, shuffle, seed, drop_last or padding; a
     no-op without a process group. `model` gives the device of the all-gather. Every rank must call it."""
     if not pg_initialized() or dist.get_world_size() == 1: return
-    fields = {'dataset length': len(dl.dataset), 'batch size': getattr(dl, 'batch_size', None),
+    fields = {'dataset length': _length(dl.dataset), 'batch size': getattr(dl, 'batch_size', None),
               '(shuffle, seed, drop_last, pad)': _loader_order(dl)}
     _agree(fields, _model_device(model), "the loader to evaluate, so the results would mix different data sets",
            "Give validate() and get_preds() the same data on every rank.")

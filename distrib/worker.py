@@ -14,7 +14,7 @@ from .waits import explain_failure
 # %% auto #0
 __all__ = ['run_script']
 
-# %% ../nbs/11a_worker.ipynb #a4456c1a
+# %% ../nbs/11a_worker.ipynb #49613554
 def _script_tb(tb):
     "`tb` without its leading frames from runpy and this module"
     skip = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
@@ -45,10 +45,11 @@ def _launcher_pid()->int|None:
 def run_script(argv:list, # `[script.py, *args]`, or `['-m', module, *args]`
               ):
     """Run `argv` as `python script.py args` (or `python -m module args`) would, in this process, after asking to
-    die with the launcher and starting the liveness watchdog on torchrun's store; report an uncaught exception
-    (`distrib.liveness.report_failure`) and exit with code 1 after printing its traceback (130, with one line, for
-    `KeyboardInterrupt`; the code of a `sys.exit` other than 0 after reporting it); the process group is then
-    destroyed at exit without a barrier. Raises `ValueError` for an empty `argv`."""
+    die with the launcher and starting the liveness watchdog on torchrun's store. An uncaught exception is reported
+    (`distrib.liveness.report_failure`: its record, traceback included, for the launcher to print once for all
+    ranks; printed here only when there is no error file to record it in), and the process exits with code 1 (130,
+    with one line, for `KeyboardInterrupt`; the code of a `sys.exit` other than 0 after reporting it); the process
+    group is then destroyed at exit without a barrier. Raises `ValueError` for an empty `argv`."""
     if not argv or argv[0] in ('-m', '--module') and len(argv) < 2:
         raise ValueError("usage: python -m distrib.worker script.py [args] | -m module [args]")
     die_with_parent(_launcher_pid())
@@ -78,8 +79,8 @@ def run_script(argv:list, # `[script.py, *args]`, or `['-m', module, *args]`
         err = explain_failure(e, group_timeout())
         if err is not e: err.__cause__ = e
         rec = report_failure(err)
-        sys.excepthook(type(err), err, err.__traceback__)
-        settle(rec)
+        if not os.environ.get('TORCHELASTIC_ERROR_FILE'): sys.excepthook(type(err), err, err.__traceback__)
+        settle(rec)  # else the launcher prints it
         sys.exit(code)
     finally: script_ended(code)
 

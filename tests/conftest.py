@@ -50,3 +50,39 @@ def launch_ok(script, nproc=2, timeout=300)->str:
 def checked(out:str, name:str)->bool:
     "True when the job's output `out` has the line 'CHECK <name> OK'"
     return re.search(rf'^CHECK {name} OK', out, re.M) is not None
+
+DIGITS = re.compile(r'^world size (\d+): .*?valid accuracy ([\d.]+), valid loss ([\d.]+)', re.M)
+
+def digits_numbers(out:str)->tuple:
+    "(world size, accuracy, validation loss) from the one result line examples/train_digits.py prints (on rank 0)"
+    found = DIGITS.findall(out)
+    assert len(found) == 1, f"expected one result line, found {len(found)}:\n{out[-3000:]}"
+    ws, acc, loss = found[0]
+    return int(ws), float(acc), float(loss)
+
+@pytest.fixture(scope='session')
+def digits_torchrun(tmp_path_factory):
+    "The digits example under distrib.launch (torchrun) on 2 processes, once: (CompletedProcess, its data cache)"
+    data = tmp_path_factory.mktemp('digits')/'digits.pt'
+    r = launch(ROOT/'examples'/'train_digits.py', '--data', data, nproc=2, timeout=180, env={'OMP_NUM_THREADS': '1'})
+    return r, data  # one thread per process, as the cluster tests run it: the same arithmetic on any machine
+
+@pytest.fixture(scope='session')
+def slurm(tmp_path_factory):
+    """A running one-node Slurm cluster (tests/cluster.py), its packages installed when missing; a test using it fails
+    with the reason when the cluster cannot be installed or started (no skip)"""
+    from cluster import ClusterError, SlurmCluster, ensure_packages
+    try:
+        ensure_packages()
+        c = SlurmCluster(tmp_path_factory.mktemp('slurm'))
+    except ClusterError as e: pytest.fail(str(e), pytrace=False)
+    yield c
+    c.stop()
+
+@pytest.fixture(scope='session')
+def mpirun_env():
+    "The environment for Open MPI's mpirun as root (tests/cluster.py), its package installed when missing"
+    from cluster import ClusterError, ensure_packages, mpi_env
+    try: ensure_packages()
+    except ClusterError as e: pytest.fail(str(e), pytrace=False)
+    return mpi_env()

@@ -39,8 +39,9 @@ FAULTS = {  # fault.py mode: (the launcher's exit code, the start of its first l
                         f'in {B3}, but not on every rank', []),
     'cancel_batch': (1, f'rank 1 failed (exit code 1): RanksDivergedError: CancelBatchException was raised on rank 1 '
                         f'in {B3}, but not on every rank', []),
-    'save0': (1, "rank 0 failed (exit code 1): RanksDivergedError: rank 0 waits in Learner.save's barrier, but rank 1 "
-                 "waits in backward (DDP's all-reduce of gradients) (epoch 0, training batch 4)", []),
+    'save0': (1, "rank 0 failed (exit code 1): RanksDivergedError: rank 0 waits in save ",
+              ["rank0_only.pth, but rank 1 waits in backward (DDP's all-reduce of gradients) (epoch 0, training batch 4)",
+               'code that runs it on some ranks only (under `if rank == 0:`) hangs the others']),
     'ignore_term': (1, f'rank 0 failed (exit code 1): {RAISED} (in {B3})',
                     ['rank 1 ended (exit code 1): PeerFailedError: stopped because of rank 0']),
     'freeze_peer': (1, f'rank 0 failed (exit code 1): {RAISED} (in {B3})',

@@ -1,26 +1,58 @@
 "The launcher: exit codes and argument errors"
-import re, sys, subprocess
+import os, re, sys, subprocess
 from conftest import launch, ROOT, SCRIPTS
 
-def test_failing_script_exit_code(tmp_path):
+TORCHRUN_LOG = re.compile(r'^[IWE]\d{4} ', re.M)  # torchrun's log lines: "W1121 17:47:31.292000 24855 torch/..."
+
+def test_failing_script_exit_code_verbose(tmp_path):
+    "The failed rank's exit code is the launcher's; with --verbose, torchrun's own log lines are printed too"
     s = tmp_path/'fail.py'
     s.write_text('import os, sys\nsys.exit(7 if os.environ["RANK"] == "1" else 0)\n')
-    r = launch(s, nproc=2)
+    r = launch(s, nproc=2, launcher_args=('--verbose',))
     assert r.returncode == 7, r.stderr
+    assert TORCHRUN_LOG.search(r.stderr), r.stderr
+    assert 'distrib.launch: rank 1 failed (exit code 7)' in r.stderr
 
-def test_raising_script_names_rank(tmp_path):
+def test_raising_script_summary_first_traceback_once(tmp_path):
+    """Both ranks raise the same error: the summary comes first, then the traceback once, naming both ranks; the
+    script's own prints come through; no torchrun log line without --verbose"""
     s = tmp_path/'raise.py'
-    s.write_text('import os\nif os.environ["RANK"] == "1": raise ValueError("bad data on purpose")\n')
-    r = launch(s, nproc=2)
+    s.write_text('import os\nfrom distrib import distrib_barrier\nprint("up", os.environ["RANK"], flush=True)\n'
+                 'distrib_barrier()\ndef f(): raise ValueError("bad data")\nf()\n')
+    r = launch(s, nproc=2, launcher_args=('--monitor_interval', '2'))  # both raise before the agent looks
     assert r.returncode == 1
-    assert 'bad data on purpose' in r.stderr and 'rank' in r.stderr
+    assert sorted(r.stdout.split()) == ['0', '1', 'up', 'up'], r.stdout
+    lines = r.stderr.splitlines()
+    assert re.match(r'distrib.launch: rank (\d) failed \(exit code 1\): ValueError: bad data$', lines[0]), r.stderr
+    assert re.match(r'distrib.launch:   then rank (\d) ended \(exit code 1\): ValueError: bad data$', lines[1]), \
+        r.stderr
+    assert lines[2] == 'distrib.launch: traceback of ranks 0, 1:' and lines[3].startswith('Traceback'), r.stderr
+    assert r.stderr.count('Traceback') == 1 and lines[-1] == 'ValueError: bad data', r.stderr
+    assert 'worker.py' not in r.stderr and not TORCHRUN_LOG.search(r.stderr), r.stderr
 
-def test_success_exit_code(tmp_path):
+def _listening(port:int)->list:
+    "Local addresses (hex, as /proc/net/tcp{,6} write them) listening on TCP port `port`"
+    rows = [l.split() for f in ('/proc/net/tcp', '/proc/net/tcp6') for l in open(f).read().splitlines()[1:]]
+    return [r[1].split(':')[0] for r in rows if r[3] == '0A' and int(r[1].split(':')[1], 16) == port]
+
+def test_success_clean_local(tmp_path):
+    """Three ranks on two cores: one warning line; the job's store listens on 127.0.0.1 only; no file is left in the
+    working directory or the temporary directory"""
     s = tmp_path/'ok.py'
-    s.write_text('import os, sys\nsys.stdout.write(f"world {os.environ[\'WORLD_SIZE\']} rank {os.environ[\'RANK\']}\\n")\n')
-    r = launch(s, nproc=3)
+    s.write_text('import os, sys\nsys.path.insert(0, os.environ["TESTS"])\nfrom test_launch import _listening\n'
+                 'print(f"world {os.environ[\'WORLD_SIZE\']} rank {os.environ[\'RANK\']} "\n'
+                 '      f"store {_listening(int(os.environ[\'MASTER_PORT\']))}", flush=True)\n')
+    cwd, tmp = tmp_path/'cwd', tmp_path/'tmp'
+    cwd.mkdir(); tmp.mkdir()
+    r = launch(s, nproc=3, cwd=cwd, env=dict(TMPDIR=str(tmp), TESTS=str(ROOT/'tests')))
     assert r.returncode == 0, r.stderr
     assert sorted(re.findall(r'world 3 rank \d', r.stdout)) == [f'world 3 rank {i}' for i in range(3)]
+    assert set(re.findall(r'store (.*)', r.stdout)) == {"['0100007F']"}, r.stdout  # 127.0.0.1, nothing else
+    if (os.cpu_count() or 1) < 3:
+        n = os.cpu_count()
+        assert r.stderr == f'distrib.launch: warning: 3 CPU processes on {n} cores: they share the cores, ' \
+                           f'so each one runs slower than with --nproc_per_node {n} or fewer\n', r.stderr
+    assert list(cwd.iterdir()) == [] and list(tmp.iterdir()) == []
 
 def test_default_nproc_is_two_on_cpu(tmp_path):
     s = tmp_path/'ok.py'
@@ -29,12 +61,30 @@ def test_default_nproc_is_two_on_cpu(tmp_path):
     assert r.returncode == 0, r.stderr
     assert len(re.findall('world 2 threads 1', r.stdout)) == 2  # 2 cores // 2 processes
 
-def test_bad_arguments(tmp_path):
-    r = subprocess.run([sys.executable, '-m', 'distrib.launch', 'nope.py'], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and 'does not exist' in r.stderr
+def _main(*argv, timeout=60):
+    return subprocess.run([sys.executable, '-m', 'distrib.launch', *map(str, argv)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+def test_help_and_bad_arguments(tmp_path):
+    "--help exits 0; argument errors are one line in distrib's words, exit code 2, before any worker starts"
+    for h in ('--help', '-h'):
+        r = _main(h)
+        assert r.returncode == 0 and r.stderr == '' and '--nproc_per_node N' in r.stdout and '--gpus' in r.stdout, r
     s = tmp_path/'ok.py'; s.write_text('')
-    r = subprocess.run([sys.executable, '-m', 'distrib.launch', '--nproc_per_node', '0', str(s)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and 'at least 1' in r.stderr
+    for argv, words in ((['nope.py'], 'does not exist'), (['--nproc_per_node', '0', s], '--nproc_per_node 0: expected'),
+                        (['--nproc_per_node', 'abc', s], '--nproc_per_node abc: expected'),
+                        (['--epochs', '2', s], 'unknown option --epochs before the script'),
+                        ([tmp_path], 'is a directory, not a script')):
+        r = _main(*argv)
+        assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and words in r.stderr, (argv, r.stderr)
+    import socket
+    with socket.socket() as busy:
+        busy.bind(('127.0.0.1', 0)); busy.listen()
+        port = busy.getsockname()[1]
+        r = _main('--master_port', port, s)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == f'distrib.launch: error: --master_port {port}: the port is in use (another job, or another ' \
+                       f'program): leave --master_port out, and distrib.launch picks a free port\n', r.stderr
 
 def _free_port()->int:
     import socket
@@ -52,13 +102,25 @@ def test_two_nodes_one_job():
     finally:
         for p in procs:
             if p.poll() is None: p.kill()
-    for p, (out, err) in zip(procs, outs): assert p.returncode == 0, out + err
+    for n, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, out + err
+        waits = [l for l in err.splitlines() if 'waits up to' in l]  # once, what for and how long
+        assert waits == [f'distrib.launch: node {n} waits up to 600 s for all 2 nodes of --nnodes 2 to join the '
+                         f'rendezvous at 127.0.0.1:{port} (--rdzv_conf timeout=SECONDS to change)'], err
     found = {}
     for node, (out, _) in enumerate(outs):
         for rank, local, world, nrank, total in re.findall(r'rank (\d) local (\d) world (\d) node (\d) sum (\d+)', out):
             assert (world, nrank, total) == ('4', str(node), '10')  # 1+2+3+4: the all_reduce spans both nodes
             found[int(rank)] = (node, int(local))
     assert found == {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}, outs
+
+def test_node_alone_gives_up():
+    "--nnodes 2 started on one node only: it says what it waits for, then gives up with one line after the timeout"
+    r = _main('--nnodes', '2', '--master_port', _free_port(), '--rdzv_conf', 'timeout=3', SCRIPTS/'multinode.py')
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 2 and 'node 0 waits up to 3 s for all 2 nodes' in lines[0], r.stderr
+    assert lines[1].startswith('distrib.launch: error: the rendezvous did not complete: DistStoreError: '), r.stderr
 
 def test_restarts_logs_threads(tmp_path):
     """--max_restarts and --log_dir/--tee pass through to torchrun: the failed first attempt is restarted, each rank

@@ -27,12 +27,12 @@ def fit_with_fault():
 
 def test_returns_rank0_result_fork():
     test = notebook_launch(place, nprocs=3, timeout=120, start_method='fork')
-    assert test == (0, 3, 'localhost', 1)  # rank 0 of 3; forked workers compute on one thread
+    assert test == (0, 3, '127.0.0.1', 1)  # rank 0 of 3; forked workers compute on one thread
     assert not pg_initialized()  # the caller has no process group of its own
 
 def test_spawn_importable_fn():
     rank, world, addr, threads = notebook_launch(place, nprocs=2, timeout=120, start_method='spawn')
-    assert (rank, world, addr) == (0, 2, 'localhost') and threads == max(1, (os.cpu_count() or 1) // 2)
+    assert (rank, world, addr) == (0, 2, '127.0.0.1') and threads == max(1, (os.cpu_count() or 1) // 2)
 
 def test_fault_in_fit_reraised_with_rank(capfd):
     "Rank 1 raises in fit while rank 0 waits in the all-reduce: the caller gets rank 1's ValueError, not rank 0's peer error"

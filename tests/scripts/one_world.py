@@ -63,7 +63,7 @@ check('group_outlives_ctx', pg_initialized() and num_distrib() == dist.get_world
 for i in range(10):
     f = learn.save(f'model{i}')
     state = torch.load(f, weights_only=True)   # not learn.load: no barrier of its own here
-    assert set(state) == {'model', 'opt'}
+    assert set(state) == {'model', 'opt', 'opt_type'}
 learn.load('model9')
 check('save_after_ctx_readable', sorted(p.name for p in f.parent.iterdir()) == [f'model{i}.pth' for i in range(10)])
 

@@ -1,0 +1,352 @@
+"""FSDP under W processes (2 or 3), against DDP with W processes and against one process.
+Run: python -m distrib.launch --nproc_per_node W tests/scripts/fsdp.py <shared tmp dir>
+The W=2 run leaves a sharded checkpoint and its reference state in <tmp>/w2 for the W=3 run and for one process.
+Rank 0 prints one 'CHECK <name> OK <figures>' line per check; a violated property raises (non-zero exit)."""
+import shutil, sys
+from functools import partial
+from pathlib import Path
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+import distrib
+from distrib import (Learner, DataLoaders, Callback, GradientAccumulation, MixedPrecision, AccumMetric, accuracy,
+                     shard_idxs, clip_grad_norm_, local_state_bytes, full_model_state, full_opt_state, gather_object,
+                     setup_distrib, teardown_distrib, rank_distrib, num_distrib)
+
+tmp = Path(sys.argv[1])
+torch.set_num_threads(1)
+setup_distrib(timeout=120)
+W, rank = num_distrib(), rank_distrib()
+N, BS = 24*W, 4            # 6 steps per epoch on every world size
+
+def check(name, cond, figures=''):
+    assert cond, f'rank {rank}: {name} failed: {figures}'
+    if rank == 0: print(f'CHECK {name} OK {figures}', flush=True)
+
+def rel(a, b)->float:
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item() if a.numel() else 0.
+
+def data(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g)
+
+x, y = data(N, 1)
+xv, yv = data(4*W + 1, 2)     # a validation set the ranks cannot split evenly
+
+def new_model(width=33):
+    "33 rows divide by neither 2 nor 3; the last layer's 2 rows leave rank 2 of 3 an empty shard"
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 2))
+
+def learner(model=None, valid=(xv, yv), opt_func=torch.optim.Adam, lr=1e-2, cbs=None, bs=BS, **kw):
+    dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=bs, shuffle=True),
+                      DataLoader(TensorDataset(*valid), batch_size=3))
+    learn = Learner(dls, model or new_model(), F.cross_entropy, opt_func=opt_func, lr=lr, metrics=accuracy,
+                    cbs=cbs, path=tmp, **kw)
+    learn.progress.enabled = False
+    return learn
+
+FSDP = dict(strategy='fsdp', shard_classes=nn.Linear)
+
+def fit(epochs=2, cbs=None, ctx=None, **kw):
+    "A Learner trained `epochs` under distrib_ctx(**ctx) (DDP by default)"
+    learn = learner(**kw)
+    with learn.distrib_ctx(**(ctx or {})): learn.fit(epochs, cbs=cbs)
+    return learn
+
+def weights(m): return torch.cat([p.detach().flatten() for p in m.parameters()])
+def max_diff(a, b): return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
+
+def same_on_all_ranks(t, what):
+    ts = gather_object(t)
+    assert all(torch.equal(o, ts[0]) for o in ts), f"{what} differs between ranks"
+
+# 1. equivalence: FSDP with W ranks ends with DDP's weights after 2 epochs of Adam, whatever the blocks
+ddp = fit()
+for name, ctx in [('linear_blocks', FSDP), ('root_only', dict(strategy='fsdp')),
+                  ('no_reshard_threshold', dict(strategy='fsdp', min_params=1000, reshard_after_forward=False)),
+                  ('cpu_offload', dict(FSDP, cpu_offload=True))]:
+    fsdp = fit(ctx=ctx)
+    assert type(fsdp.model) is nn.Sequential and not any(type(p).__name__ == 'DTensor' for p in fsdp.model.parameters())
+    same_on_all_ranks(weights(fsdp.model), 'the weights')
+    d = rel(weights(fsdp.model), weights(ddp.model))
+    dv = max(rel(a, b) for a, b in zip(fsdp.recorder.values, ddp.recorder.values))
+    check(f'equivalence_{name}', d <= 1e-5 and dv <= 1e-5, f'max_rel_weights={d:.2e} max_rel_recorder={dv:.2e}')
+assert not torch.equal(ddp.model[0].weight, new_model()[0].weight), 'the model did not train'
+
+def rank_model():
+    "Each rank's own initial weights: DDP starts from rank 0's, so must FSDP"
+    torch.manual_seed(rank)
+    return nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2))
+a, b = fit(model=rank_model()), fit(model=rank_model(), ctx=FSDP)
+same_on_all_ranks(weights(b.model), 'the weights')
+d = rel(weights(b.model), weights(a.model))
+check('equivalence_rank0_weights', d <= 1e-5, f'max_rel={d:.2e}')
+
+# 2. exact metrics and get_preds: the sharded model's validation equals one process's, also for a validation set
+#    smaller than the world (a rank without batches runs rank 0's to keep the all-gathers in step)
+def median_err(preds, targs): return (preds.softmax(1).gather(1, targs[:, None]) - 1).abs().median()
+diffs = []
+for n_valid in [4*W + 1, 1]:
+    valid = data(n_valid, 3)
+    learn = learner(valid=valid)
+    learn.metrics.append(AccumMetric(median_err, flatten=False))
+    with learn.distrib_ctx(**FSDP):
+        learn.fit(1)
+        vals = learn.validate()
+        preds, targs = learn.get_preds()
+    with torch.no_grad(): ref = learn.model.eval()(valid[0])
+    ref_vals = [F.cross_entropy(ref, valid[1]).item(), accuracy(ref, valid[1]).item(), median_err(ref, valid[1]).item()]
+    diffs += [rel(v, r) for v, r in zip(vals, ref_vals)]
+    diffs += [rel(learn.recorder.values[-1][1], ref_vals[0]), rel(preds, ref)]
+    assert len(preds) == n_valid and torch.equal(targs, valid[1])
+check('metrics_get_preds', max(diffs) <= 1e-6, f'max_rel={max(diffs):.2e}')
+
+# 3. memory: the local shards of parameters, gradients and Adam's state are about 1/W of DDP's
+class Bytes(Callback):
+    order = 20
+    def after_backward(self): self.bytes = local_state_bytes(self.learn.model, self.learn.opt)
+    def after_step(self): self.bytes['optimizer'] = local_state_bytes(self.learn.model, self.learn.opt)['optimizer']
+big = dict(model=new_model(width=256))
+ddp_b, fsdp_b = Bytes(), Bytes()
+fit(1, cbs=ddp_b, **big)
+fit(1, cbs=fsdp_b, ctx=FSDP, model=new_model(width=256))
+ratios = {k: fsdp_b.bytes[k]/ddp_b.bytes[k] for k in ddp_b.bytes}
+check('memory_1_over_W', all(abs(r*W - 1) < 0.05 for r in ratios.values()),
+      ' '.join(f'{k}={fsdp_b.bytes[k]}/{ddp_b.bytes[k]}B' for k in ratios))
+
+# 4. gradient accumulation: one process's steps with batches of n_acc; gradients reduce-scattered on the last
+#    micro-batch only (single_auto_sync) or on every one (multi_auto_sync)
+def reference(global_bs, epochs=2, opt_func=torch.optim.Adam, lr=1e-2):
+    m = new_model(); opt = opt_func(m.parameters(), lr=lr)
+    for epoch in range(epochs):
+        perm = shard_idxs(N, 0, 1, shuffle=True, seed=0, epoch=epoch)
+        for i in range(0, N, global_bs):
+            idx = perm[i:i+global_bs]
+            F.cross_entropy(m(x[idx]), y[idx]).backward(); opt.step(); opt.zero_grad()
+    return weights(m)
+
+class CountReduceScatter(Callback):
+    "How many reduce-scatters (FSDP's gradient collective) each training micro-batch ran"
+    order = 20
+    def before_fit(self):
+        self.per_batch, self.orig = [], dist.reduce_scatter_single
+        def counting(*a, **k):
+            self.n += 1
+            return self.orig(*a, **k)
+        dist.reduce_scatter_single = counting
+    def before_batch(self): self.n = 0
+    def after_batch(self):
+        if self.learn.training: self.per_batch.append(self.n)
+    def after_fit(self): dist.reduce_scatter_single = self.orig
+
+ref = reference(2*BS*W)
+# one reduce-scatter per Linear block; the root holds no parameter of its own here, so none for it
+for strategy, expected in [('single_auto_sync', [0, 3]), ('multi_auto_sync', [3, 3])]:
+    cnt = CountReduceScatter()
+    learn = fit(cbs=[GradientAccumulation(2*BS*W, strategy), cnt], ctx=FSDP)
+    d = rel(weights(learn.model), ref)
+    check(f'accumulate_{strategy}', d <= 1e-5 and cnt.per_batch == expected*(len(cnt.per_batch)//2),
+          f'max_rel={d:.2e} reduce_scatters per micro-batch={cnt.per_batch[:4]}')
+try: fit(cbs=GradientAccumulation(2*BS*W, 'forced_sync'), ctx=FSDP); msg = ''
+except ValueError as e: msg = str(e)
+check('accumulate_forced_sync_refused', 'no FSDP counterpart' in msg, msg)
+
+# 5. MixedPrecision maps to FSDP's MixedPrecisionPolicy: the blocks compute in its type, the weights stay float32,
+#    and training follows DDP's with the same MixedPrecision
+class ComputeDtype(Callback):
+    order = 20
+    def before_fit(self):
+        self.dtypes = set()
+        self.learn.model[0].register_forward_pre_hook(lambda m, a: self.dtypes.add(m.weight.dtype))
+cd = ComputeDtype()
+learn = learner(cbs=[MixedPrecision('bf16'), cd])   # the Learner's: seen when the model is sharded
+with learn.distrib_ctx(**FSDP): learn.fit(2)
+ddp16 = fit(cbs=MixedPrecision('bf16'))
+d, d32 = rel(weights(learn.model), weights(ddp16.model)), rel(weights(learn.model), weights(ddp.model))
+check('mixed_precision_bf16', cd.dtypes == {torch.bfloat16} and learn.model[0].weight.dtype == torch.float32
+      and d < 1e-2, f'compute dtypes={cd.dtypes} max_rel_vs_ddp_bf16={d:.2e} (vs fp32: {d32:.2e})')
+import warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    late = fit(cbs=[MixedPrecision('bf16'), cd], ctx=FSDP)  # given to fit: autocast only, and a warning says so
+d = rel(weights(late.model), weights(ddp16.model))
+check('mixed_precision_late_warns', cd.dtypes == {torch.float32} and d < 1e-2 and
+      any('pass it to the Learner' in str(w.message) for w in caught), f'max_rel_vs_ddp_bf16={d:.2e}')
+mp = partial(MixedPrecision, 'fp16', init_scale=2.**4, growth_interval=1)
+learn, ddp16 = learner(cbs=mp()), fit(cbs=mp())
+with learn.distrib_ctx(**FSDP): learn.fit(2)
+scale, d = learn.mixed_precision.scaler.get_scale(), rel(weights(learn.model), weights(ddp16.model))
+same_on_all_ranks(torch.tensor(scale), 'the loss scale')
+check('mixed_precision_fp16_scaler', scale == 2.**(4 + 2*N//(BS*W)) and d < 1e-2,
+      f'scale={scale} max_rel_vs_ddp_fp16={d:.2e}')
+learn = learner(cbs=MixedPrecision('bf16'))
+try:
+    with learn.distrib_ctx(param_dtype='fp16', **FSDP): pass
+    msg = ''
+except ValueError as e: msg = str(e)
+check('mixed_precision_conflict', 'MixedPrecision callback computes in torch.bfloat16' in msg, msg)
+
+# 6. clipping sharded gradients: the norm of the whole gradients, as DDP's (an empty shard on W=3 for inf)
+class Clip(Callback):
+    order = 20
+    def __init__(self, norm_type): self.norm_type, self.norms = norm_type, []
+    def before_step(self):
+        self.norms.append(clip_grad_norm_(self.learn.model.parameters(), 0.05, self.norm_type).item())
+for norm_type in (2., float('inf')):
+    a, b = Clip(norm_type), Clip(norm_type)
+    dl, fl = fit(cbs=a), fit(cbs=b, ctx=FSDP)
+    d, dn = rel(weights(fl.model), weights(dl.model)), rel(b.norms, a.norms)
+    same_on_all_ranks(torch.tensor(b.norms), 'the gradient norms')
+    check(f'clip_norm_{norm_type}', d <= 1e-5 and dn <= 1e-5 and max(a.norms) > 0.05,
+          f'max_rel_weights={d:.2e} max_rel_norms={dn:.2e}')
+
+# 7. the Learner after the context: its own model, trained, and a plain optimizer with the whole state; a second
+#    context continues from there (Adam's state included); an exception leaves the model as it was on entry
+learn = learner()
+model = learn.model
+with learn.distrib_ctx(**FSDP): learn.fit(1)
+opt_state = learn.opt.state_dict()['state']
+assert learn.model is model and all(type(v) is torch.Tensor for s in opt_state.values() for v in s.values())
+with learn.distrib_ctx(**FSDP): learn.fit(2, start_epoch=1)
+d = rel(weights(learn.model), weights(ddp.model))
+w = weights(learn.model)
+try:
+    with learn.distrib_ctx(**FSDP):
+        learn.fit(1)
+        raise KeyError('boom')
+except KeyError: pass
+check('exit_restores_learner', d <= 1e-5 and learn.model is model and torch.equal(weights(learn.model), w),
+      f'max_rel_two_contexts_vs_ddp={d:.2e}')
+
+# 8. checkpoints: whole (gathered on rank 0, the one-process format) and sharded (every rank its shards)
+shutil.rmtree(tmp/'models', ignore_errors=True)
+dist.barrier()
+learn = learner()
+with learn.distrib_ctx(**FSDP):
+    learn.fit(1)
+    whole, shards = learn.save('whole'), learn.save('shards', sharded=True)
+    ref_model = full_model_state(learn.model, rank0_only=False)
+    ref_opt = full_opt_state(learn.model, learn.opt, rank0_only=False)
+files = sorted(p.name for p in (tmp/'models').iterdir())
+shard_files = sorted(p.name for p in shards.iterdir())
+check('save_layout', files == ['shards', 'whole.pth'] and
+      shard_files == ['.metadata'] + [f'__{r}_0.distcp' for r in range(W)],
+      f'{files} {shard_files}')
+saved = torch.load(whole, weights_only=True)
+check('save_whole_format', list(saved['model']) == list(new_model().state_dict()) and sorted(saved['opt']['state']) ==
+      list(range(6)), f"keys {list(saved['model'])[:2]}...")
+
+def state_diff(learn):
+    "Largest difference between `learn`'s model and optimizer state and the saved one"
+    m, o = full_model_state(learn.model, rank0_only=False), full_opt_state(learn.model, learn.opt, rank0_only=False)
+    dm = max((m[k] - ref_model[k]).abs().max().item() for k in ref_model)
+    do = max((o['state'][i][k] - ref_opt['state'][i][k]).abs().max().item() for i in ref_opt['state']
+             for k in ref_opt['state'][i])
+    return max(dm, do)
+
+for name in ('whole', 'shards'):
+    fresh = learner(model=nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2)))
+    with fresh.distrib_ctx(**FSDP):
+        fresh.load(name)
+        d_fsdp = state_diff(fresh)
+    plain = learner(model=nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2)))
+    plain.load(name)    # not distributed: every rank reads it whole
+    check(f'load_{name}', d_fsdp == 0 and state_diff(plain) == 0, f'fsdp={d_fsdp} plain={state_diff(plain)}')
+
+# under DDP too: every rank holds the whole model, DCP writes each tensor once
+learn = learner()
+with learn.distrib_ctx():
+    learn.fit(1)
+    learn.save('ddp_shards', sharded=True)
+fresh = learner(model=nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2)))
+with fresh.distrib_ctx(): fresh.load('ddp_shards')
+d = max(max_diff(a, b) for a, b in [(learn.model, fresh.model)])
+do = max((fresh.opt.state[q]['exp_avg'] - learn.opt.state[p]['exp_avg']).abs().max().item()
+         for p, q in zip(learn.model.parameters(), fresh.model.parameters()))
+check('load_shards_ddp', d == 0 and do == 0, f'model={d} optimizer={do}')
+
+# resume: fit(1), save sharded, load into a new Learner, fit(2, start_epoch=1) == fit(2)
+full = fit(ctx=FSDP)
+part = learner()
+with part.distrib_ctx(**FSDP):
+    part.fit(1)
+    part.save('half', sharded=True)
+resumed = learner(model=nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2)))
+with resumed.distrib_ctx(**FSDP):
+    resumed.load('half')
+    resumed.fit(2, start_epoch=1)
+d = rel(weights(resumed.model), weights(full.model))
+check('resume_sharded', d <= 1e-6, f'max_rel={d:.2e}')
+
+# for the W=3 run and one process: the W=2 sharded checkpoint and its state
+if W == 2:
+    if rank == 0:
+        shutil.rmtree(tmp/'w2', ignore_errors=True)
+        shutil.copytree(tmp/'models'/'shards', tmp/'w2'/'shards')
+        torch.save({'model': ref_model, 'opt': ref_opt}, tmp/'w2'/'ref.pt')
+    dist.barrier()
+elif (tmp/'w2'/'ref.pt').exists():
+    ref = torch.load(tmp/'w2'/'ref.pt', weights_only=True)
+    ref_model, ref_opt = ref['model'], ref['opt']
+    fresh = learner(model=nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2)))
+    fresh.model_dir = 'w2'
+    with fresh.distrib_ctx(**FSDP):
+        fresh.load('shards')
+        d = state_diff(fresh)
+        rows = fresh.model[0].weight.to_local().shape[0]
+    check('reshard_2_to_3', d == 0 and rows == 11, f'max_diff={d} rows on this rank={rows}')
+
+# 9. bad options fail at entry, with the fix in the message
+learn = learner()
+for kw, err, text in [(dict(strategy='fsdp', comm_hook='fp16'), ValueError, "option(s) of strategy='ddp'"),
+                      (dict(strategy='fsdp', shard_class=nn.Linear), TypeError, 'shard_classes'),
+                      (dict(strategy='zero'), ValueError, "'ddp', 'fsdp'"),
+                      (dict(strategy='fsdp', min_params=0), ValueError, 'min_params')]:
+    try:
+        with learn.distrib_ctx(**kw): pass
+        msg = ''
+    except err as e: msg = str(e)
+    check(f'bad_option_{list(kw)[-1]}', text in msg, msg)
+
+# 10. fastai's callbacks and Learner methods: the same under FSDP as under DDP
+a, b = fit(cbs=distrib.GradientClip(0.05)), fit(cbs=distrib.GradientClip(0.05), ctx=FSDP)
+d = rel(weights(b.model), weights(a.model))
+check('merged_gradient_clip', d <= 1e-5, f'max_rel={d:.2e}')
+a, b = fit(cbs=distrib.GradientClip(0.05, norm_type=float('inf'))), \
+       fit(cbs=distrib.GradientClip(0.05, norm_type=float('inf')), ctx=FSDP)   # rank 2 of 3: an empty shard
+d = rel(weights(b.model), weights(a.model))
+check('merged_gradient_clip_inf', d <= 1e-5, f'max_rel={d:.2e}')
+a, b = learner(), learner()
+with a.distrib_ctx(): a.fit_one_cycle(2)
+with b.distrib_ctx(**FSDP): b.fit_one_cycle(2)
+d = rel(weights(b.model), weights(a.model))
+check('merged_fit_one_cycle', d <= 1e-5, f'max_rel={d:.2e}')
+a, b = learner(), learner()
+with a.distrib_ctx(): sa = a.lr_find(num_it=20, show_plot=False)
+w0 = weights(b.model)
+with b.distrib_ctx(**FSDP): sb = b.lr_find(num_it=20, show_plot=False)
+check('merged_lr_find', rel(list(sb), list(sa)) <= 1e-6 and torch.equal(weights(b.model), w0), f'{sa} {sb}')
+
+# 11. Checkpoint under FSDP: the whole state gathered to rank 0 every 3 steps; stopped after step 10 (epoch 1,
+# batch 4), a new Learner resumes from step 9 in the middle of epoch 1 and ends as the uninterrupted fit
+class StopAfter(Callback):
+    def __init__(self, n): self.n, self.steps = n, 0
+    def after_step(self):
+        self.steps += 1
+        if self.steps == self.n: raise distrib.CancelFitException()
+if rank == 0: shutil.rmtree(tmp/'ck_fsdp', ignore_errors=True)
+dist.barrier()
+fit(cbs=[distrib.Checkpoint('ck_fsdp', every_n_steps=3), StopAfter(10)], ctx=FSDP)
+resumed = learner(model=nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2)))
+ck = distrib.Checkpoint('ck_fsdp', every_n_steps=3)
+with resumed.distrib_ctx(**FSDP): resumed.fit(2, cbs=ck)
+d = rel(weights(resumed.model), weights(full.model))
+saved = torch.load(tmp/'ck_fsdp'/'step-9.pth', weights_only=True)
+check('checkpoint_resume', d <= 1e-6 and ck.resumed_from.name == 'step-9.pth' and
+      list(saved['model']) == list(new_model().state_dict()), f'max_rel={d:.2e} from {ck.resumed_from}')
+teardown_distrib()
+print(f'rank {rank} done')

@@ -1,0 +1,74 @@
+"""FSDP (distrib_ctx(strategy='fsdp')) on 2 and 3 gloo processes: the same weights as DDP, exact metrics, 1/W of the
+memory, accumulation, mixed precision, clipping, whole and sharded checkpoints (resharded from 2 ranks to 3 and to
+one process). One launch per world size runs every check (tests/scripts/fsdp.py); each test reads its lines."""
+import pytest, torch
+from torch import nn
+from conftest import launch, checked, SCRIPTS
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory):
+    "The W=2 job, then the W=3 job, which loads the sharded checkpoint the first one wrote; both outputs"
+    tmp, outs = tmp_path_factory.mktemp('fsdp'), {}
+    for w in (2, 3):
+        r = launch(SCRIPTS/'fsdp.py', tmp, nproc=w, timeout=600)
+        assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-8000:]
+        outs[w] = r.stdout
+    return tmp, outs
+
+@pytest.fixture(params=[2, 3], ids=['W2', 'W3'])
+def out(request, runs): return runs[1][request.param]
+
+@pytest.mark.parametrize('blocks', ['linear_blocks', 'root_only', 'no_reshard_threshold', 'cpu_offload',
+                                    'rank0_weights'])
+def test_same_weights_as_ddp(out, blocks):
+    "rtol 1e-5 after 2 epochs of Adam, layers of 33 and 2 rows (an empty shard on 3 ranks)"
+    assert checked(out, f'equivalence_{blocks}'), out
+
+def test_exact_metrics_and_get_preds(out): assert checked(out, 'metrics_get_preds'), out
+def test_memory_is_1_over_W(out): assert checked(out, 'memory_1_over_W'), out
+
+def test_gradient_accumulation(out):
+    for name in ['single_auto_sync', 'multi_auto_sync', 'forced_sync_refused']:
+        assert checked(out, f'accumulate_{name}'), out
+
+def test_mixed_precision(out):
+    for name in ['bf16', 'late_warns', 'fp16_scaler', 'conflict']: assert checked(out, f'mixed_precision_{name}'), out
+
+@pytest.mark.parametrize('norm_type', ['2.0', 'inf'])
+def test_clip_sharded_gradients(out, norm_type): assert checked(out, f'clip_norm_{norm_type}'), out
+
+def test_learner_after_context(out): assert checked(out, 'exit_restores_learner'), out
+
+def test_checkpoints(out):
+    for name in ['save_layout', 'save_whole_format', 'load_whole', 'load_shards', 'load_shards_ddp', 'resume_sharded']:
+        assert checked(out, name), out
+
+def test_bad_options(out):
+    for name in ['comm_hook', 'shard_class', 'strategy', 'min_params']: assert checked(out, f'bad_option_{name}'), out
+
+def test_sharded_checkpoint_reshards_2_to_3(runs): assert checked(runs[1][3], 'reshard_2_to_3'), runs[1][3]
+
+def test_sharded_checkpoint_loads_in_one_process(runs):
+    "The directory 2 ranks wrote, into a plain Learner in this process, without a process group"
+    from torch.utils.data import DataLoader, TensorDataset
+    from distrib import Learner, DataLoaders, pg_initialized
+    tmp = runs[0]
+    ref = torch.load(tmp/'w2'/'ref.pt', weights_only=True)
+    dl = DataLoader(TensorDataset(torch.randn(4, 4), torch.zeros(4, dtype=torch.long)), batch_size=2)
+    model = nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2))
+    learn = Learner(DataLoaders(dl, dl), model, nn.functional.cross_entropy, path=tmp, model_dir='w2')
+    learn.load('shards')
+    assert not pg_initialized()
+    for k, v in model.state_dict().items(): assert torch.equal(v, ref['model'][k]), k
+    state = learn.opt.state_dict()['state']
+    for i, s in ref['opt']['state'].items():
+        for k, v in s.items(): assert torch.equal(state[i][k], v), (i, k)
+
+@pytest.mark.parametrize('name', ['gradient_clip', 'gradient_clip_inf', 'fit_one_cycle', 'lr_find'])
+def test_callbacks_as_under_ddp(out, name):
+    "GradientClip (2-norm and inf-norm, an empty shard on 3 ranks), fit_one_cycle and lr_find under FSDP equal DDP"
+    assert checked(out, f'merged_{name}'), out
+
+def test_checkpoint_resumes_fsdp_mid_epoch(out):
+    "Checkpoint gathers the sharded state to rank 0 in the one-process format and resumes to the uninterrupted weights"
+    assert checked(out, 'checkpoint_resume'), out
