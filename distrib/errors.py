@@ -179,7 +179,7 @@ def record_error(e:BaseException,        # the exception to record
     rec.write(path)
     return rec
 
-# %% ../nbs/01_errors.ipynb #30a69379
+# %% ../nbs/01_errors.ipynb #30a26ae3
 def _signal_text(code:int)->str:
     "'killed by signal 9 (SIGKILL)' for exit code -9"
     try: name = signal.Signals(-code).name
@@ -237,9 +237,12 @@ class Failure:
 
     @property
     def job_exit_code(self)->int:
-        "The job's exit code when this failure is the cause: its own (128+N for signal N), else 1"
-        c = self.exitcode
-        if c is None or c == 0 or c == -signal.SIGTERM and not self.own: return 1
+        """The job's exit code when this failure is the cause: its own (128+N for signal N), else 1. A rank that
+        recorded its own failure and was then stopped by the launcher (SIGTERM: a peer ended first) gets the code it
+        was exiting with: 130 for an interrupt, else 1."""
+        c, r = self.exitcode, self.record
+        if c == -signal.SIGTERM and self.own: return 128 + signal.SIGINT if r.kind == 'interrupted' else 1
+        if c is None or c == 0 or c == -signal.SIGTERM: return 1
         return 128 - c if c < 0 else c
 
 def _by_seq(f:Failure)->tuple:

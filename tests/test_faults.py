@@ -2,6 +2,7 @@
 behind; bad set-ups fail on every rank at once, never hang. Run with `pytest -s` to see how long each fault took to
 end (the FAULT-TIME lines)."""
 import os, re, signal, subprocess, sys, time
+from concurrent.futures import ThreadPoolExecutor
 import pytest, torch
 from conftest import launch, orphans, new_tag, tagged, SCRIPTS, ROOT
 
@@ -51,15 +52,25 @@ FAULTS = {  # fault.py mode: (the launcher's exit code, the start of its first l
                  'training batch 3))', []),
 }
 
+PARALLEL = 3  # fault jobs run at once: they mostly wait (for a heartbeat, a timeout), so they share the 2 cores
+
+@pytest.fixture(scope='module')
+def fault_runs(tmp_path_factory):
+    """Every job of FAULTS and of the stall cases, PARALLEL at a time: {mode: (CompletedProcess, seconds from the
+    fault to the launcher's exit)}"""
+    jobs = {m: () for m in FAULTS} | {m: (3,) for m in STALLS}
+    def run(mode): return mode, run_fault(mode, *jobs[mode], tmp=tmp_path_factory.mktemp(mode))
+    with ThreadPoolExecutor(PARALLEL) as ex: return dict(ex.map(run, jobs))
+
 @pytest.mark.parametrize('mode', FAULTS)
-def test_fault_ends_the_job_naming_its_cause(mode, tmp_path):
+def test_fault_ends_the_job_naming_its_cause(mode, fault_runs):
     """One fault of a kind a cluster sees every week (see fault.py): the job ends within 10 s of it with the right
     exit code, the launcher's first line names the rank at fault and the cause, and no process is left. Frozen
     (SIGSTOP) and exited-early ranks are found by the others' watchdogs, a Cancel*Exception or a barrier on one
     rank is refused at once, a peer that ignores SIGTERM or is frozen does not delay the end, and a rank's own
     ConnectionResetError or BrokenPipeError is the cause, not a lost peer."""
     code, first, others = FAULTS[mode]
-    r, secs = run_fault(mode, tmp=tmp_path)
+    r, secs = fault_runs[mode]
     report(mode, secs)
     s = summary(r)
     assert r.returncode == code, s + r.stderr[-3000:]
@@ -68,18 +79,19 @@ def test_fault_ends_the_job_naming_its_cause(mode, tmp_path):
     assert secs < 10, secs
     assert not orphans(r.tag), orphans(r.tag)
 
-@pytest.mark.parametrize('mode,where', [('hang', B3), ('barrier', 'its script, outside any Learner event or distrib '
-                                                                  'operation')])
-def test_stall_names_the_rank_that_did_not_arrive(mode, where, tmp_path):
+STALLS = {'hang': B3, 'barrier': 'its script, outside any Learner event or distrib operation'}
+
+@pytest.mark.parametrize('mode', STALLS)
+def test_stall_names_the_rank_that_did_not_arrive(mode, fault_runs):
     """Rank 1 alive but stuck (not dead) past a 3 s timeout, while rank 0 waits in the gradient all-reduce, or in a
     distrib barrier: the launcher names rank 1 and where it is (not rank 0, which waited), and rank 0's error names
     the collective and the timeout to raise"""
-    r, secs = run_fault(mode, 3, tmp=tmp_path)
+    r, secs = fault_runs[mode]
     report(f'{mode}: rank 1 stuck past a 3 s timeout', secs)
     s = summary(r)
     assert r.returncode == 1, s + r.stderr[-3000:]
     assert re.match(r'distrib.launch: rank 1 failed \(exit code (-15|1)\): did not arrive: it is alive and has been '
-                    rf'there for at least \d s in {re.escape(where)} \(reported by rank 0\)', s), s
+                    rf'there for at least \d s in {re.escape(STALLS[mode])} \(reported by rank 0\)', s), s
     assert re.search(r'then rank 0 ended \(exit code (1|-15)\): CollectiveTimeoutError: timed out waiting for rank 1',
                      s), s
     op = "all_reduce of gradients in backward" if mode == 'hang' else 'distrib_barrier()'
@@ -172,7 +184,8 @@ CASES = {  # case of disagree.py: (exception type, words of the message)
     'dtype': ('RuntimeError', ['disagree on the model', 'parameter dtypes: rank 0: float32 x2, rank 1: float64 x2']),
     'valid_len': ('RuntimeError', ['disagree on the loader to evaluate', 'dataset length: rank 0: 16, rank 1: 12']),
     'preds_len': ('RuntimeError', ['disagree on the loader to evaluate', 'dataset length: rank 0: 16, rank 1: 12']),
-    'cancel_all': ('OK', []),  # a cancel raised on every rank at the same points is taken, not refused
+    'cancel_all': ('OK', []),
+    'long_phase': ('OK', []),  # rank 0 alive in rank0_first or a long_phase past the timeout: not a stall  # a cancel raised on every rank at the same points is taken, not refused
     'cuda': ('RuntimeError', ['torch.cuda.is_available() is False']),
 }
 
@@ -180,7 +193,8 @@ def test_bad_setups_fail_on_every_rank():
     """Ranks that disagree before training (len(dl), parameters, epochs, a callback on one rank only) or would
     diverge silently (a learning rate, optimizer, loss function, shuffle or parameter dtype of their own;
     validate/get_preds on loaders of different lengths), a training set smaller than the world, distrib_ctx
-    nested, a CUDA device without a GPU: each raises the same clear error on both ranks at the start, in one job
+    nested, a CUDA device without a GPU; and a cancel on every rank, or rank 0 alive in a declared long phase past
+    the timeout, which are no faults: each raises the same clear error on both ranks at the start, in one job
     that goes on to the next case (so none of them hung, and none aborted the process)"""
     cases = {k: v for k, v in CASES.items() if k != 'cuda' or not torch.cuda.is_available()}  # 'cuda': no GPU here
     r = launch(SCRIPTS/'disagree.py', *cases, nproc=2, timeout=150)

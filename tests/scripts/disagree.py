@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from distrib import (Learner, DataLoaders, Callback, rank_distrib, unwrap_model, CancelBatchException,
-                     CancelTrainException, CancelFitException)
+                     CancelTrainException, CancelFitException, rank0_first, long_phase, distrib_barrier)
 
 rank = rank_distrib()
 
@@ -109,12 +109,21 @@ def case_cancel_all():
     with learn.distrib_ctx(timeout=30): learn.fit(3, cbs=CancelEverywhere())
     assert learn.epoch == 1 and len(learn.recorder.values) == 1, (learn.epoch, learn.recorder.values)
 
+def case_long_phase():  # rank 0 busy past the 1 s timeout, in rank0_first and in a declared long phase: no stall
+    learn = make_learn()
+    with learn.distrib_ctx(timeout=1):
+        rank0_first(lambda: time.sleep(2.5) if rank == 0 else None)
+        if rank == 0:
+            with long_phase('evaluating on rank 0'): time.sleep(2.5)
+        distrib_barrier()
+        learn.fit(1)
+
 def case_cuda():
     learn = make_learn()
     with learn.distrib_ctx(device='cuda', timeout=30): learn.fit(1)
 
 cases = sys.argv[1:] or ['len_dl', 'params', 'grown', 'epochs', 'callback', 'local_only', 'tiny', 'nested', 'lr', 'opt',
-                         'loss', 'shuffle', 'dtype', 'valid_len', 'preds_len', 'cancel_all', 'cuda']
+                         'loss', 'shuffle', 'dtype', 'valid_len', 'preds_len', 'cancel_all', 'long_phase', 'cuda']
 for name in cases:
     start = time.perf_counter()
     try:
