@@ -41,7 +41,8 @@ FAULTS = {  # fault.py mode: (the launcher's exit code, the start of its first l
     'cancel_batch': (1, f'rank 1 failed (exit code 1): RanksDivergedError: CancelBatchException was raised on rank 1 '
                         f'in {B3}, but not on every rank', []),
     'save0': (1, "rank 0 failed (exit code 1): RanksDivergedError: rank 0 waits in save ",
-              ["rank0_only.pth, but rank 1 waits in backward (DDP's all-reduce of gradients) (epoch 0, training batch 4)",
+              ["rank0_only.pth, but rank 1 waits in backward (DDP's all-reduce of gradients) (epoch 0, "
+               "training batch 4)",
                'code that runs it on some ranks only (under `if rank == 0:`) hangs the others']),
     'ignore_term': (1, f'rank 0 failed (exit code 1): {RAISED} (in {B3})',
                     ['rank 1 ended (exit code 1): PeerFailedError: stopped because of rank 0']),
@@ -52,7 +53,7 @@ FAULTS = {  # fault.py mode: (the launcher's exit code, the start of its first l
                  'training batch 3))', []),
 }
 
-PARALLEL = 3  # fault jobs run at once: they mostly wait (for a heartbeat, a timeout), so they share the 2 cores
+PARALLEL = 2  # fault jobs run at once: they mostly wait (for a heartbeat, a timeout), so they share the 2 cores
 
 @pytest.fixture(scope='module')
 def fault_runs(tmp_path_factory):

@@ -25,10 +25,11 @@ def mark(): print(f"FAULT_AT {time.time()}", flush=True)
 if mode == 'exit0' and rank == 1: mark(); sys.exit(0)  # before any set-up: the others wait for it in the rendezvous
 
 def fault():
+    if mode == 'freeze': time.sleep(1.5)  # its heartbeat says where it is first
     mark()
     if mode == 'raise': raise ValueError('bad batch on purpose')
     if mode == 'sigkill': os.kill(os.getpid(), signal.SIGKILL)
-    if mode == 'freeze': time.sleep(1.5); os.kill(os.getpid(), signal.SIGSTOP)  # its heartbeat says where first
+    if mode == 'freeze': os.kill(os.getpid(), signal.SIGSTOP)
     if mode == 'sigint': os.kill(os.getpid(), signal.SIGINT); time.sleep(5)
     if mode.startswith('cancel_'):
         raise {'fit': CancelFitException, 'epoch': CancelEpochException, 'batch': CancelBatchException}[mode[7:]]()
