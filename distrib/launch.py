@@ -284,7 +284,7 @@ def run_log_dir(args):
             print(f"distrib.launch: the workers' output is in {args.log_dir}", file=sys.stderr)
         else: shutil.rmtree(args.log_dir, ignore_errors=True)
 
-# %% ../nbs/11_launch.ipynb #97fc1455
+# %% ../nbs/11_launch.ipynb #bc313697
 def failures(e:ChildFailedError)->list:
     "The `Failure` of each rank in `e`, with the `ErrorRecord` its worker wrote to its error file, if any"
     def record(rank, f):
@@ -301,7 +301,9 @@ def failure_summary(e:ChildFailedError)->str:
                  f"away or they were sent SIGTERM, and none failed before: the cause is on another node (see its "
                  f"launcher's output) or outside the job"]
     else:
-        code = '' if root.exitcode is None else f" (exit code {root.exitcode})"
+        code = root.exitcode
+        if code == -signal.SIGTERM and root.own: code = root.job_exit_code  # stopped while exiting: a peer ended first
+        code = '' if code is None else f" (exit code {code})"
         lines = [f"distrib.launch: rank {root.rank} failed{code}: {indent(root.text)}"]
     for f in fs:
         if f.rank == root.rank: continue
