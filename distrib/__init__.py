@@ -5,12 +5,14 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/15_api.ipynb #8063e829
+# %% ../nbs/15_api.ipynb #cd30e8c1
 __version__ = "0.1.0"
 from .world import (World, WorldError, detect_world, current_world, rank_distrib, num_distrib,
                            local_rank_distrib, pg_initialized)
 from .clusters import expand_hostlist, requeue_slurm_job
-from .errors import CollectiveTimeoutError, collective_timeout_error, is_peer_failure, ErrorRecord, record_error
+from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, in_collective, ErrorRecord,
+                            record_error, Failure, root_failure)
+from .liveness import long_phase, liveness_timeout, DEFAULT_LIVENESS_TIMEOUT
 from .group import (DEFAULT_TIMEOUT, default_backend, setup_distrib, ensure_distrib, teardown_distrib,
                            distrib_barrier, distrib_timeout, rank0_first)
 from .collectives import broadcast_object, all_reduce_mean, all_reduce_sum, gather_object, gather_in_order
@@ -26,7 +28,7 @@ from .state import (is_sharded, full_model_state, full_opt_state, set_full_model
 from .learner import Learner, DataLoaders, unwrap_model
 from .parallel import ParallelTrainer, ParallelModule
 from .distributed import DistributedTrainer, DistributedModule, convert_sync_batchnorm, revert_sync_batchnorm
-from .preflight import preflight_check
+from .preflight import preflight_check, check_models, check_loader
 from .compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets
 from .fsdp import FSDPTrainer, shard_model, local_state_bytes, clip_grad_norm_
 from .accumulate import GradientAccumulation, SYNC_STRATEGIES

@@ -16,7 +16,7 @@ from .state import _sharding_types
 # %% auto #0
 __all__ = ['SYNC_STRATEGIES', 'GradientAccumulation']
 
-# %% ../nbs/13_accumulate.ipynb #2f30c0eb
+# %% ../nbs/13_accumulate.ipynb #ba59a04f
 SYNC_STRATEGIES = ('single_auto_sync', 'multi_auto_sync', 'forced_sync')
 
 @contextmanager
@@ -137,7 +137,7 @@ class GradientAccumulation(Callback):
         "Skip the step and `zero_grad` (`CancelBatchException`, as fastai) until the window is complete"
         if not self.active: return
         self.count += self.bs*self.world
-        if self.count < self.n_acc: raise CancelBatchException()
+        if self.count < self.n_acc: raise CancelBatchException(every_rank=True)  # the same count on every rank
         ddp = self._ddp()
         if ddp is not None and self.strategy == 'forced_sync': _all_reduce_grads(ddp.parameters(), ddp.process_group)
         if self.count != self.n_acc:  # overshoot: the mean over the samples actually accumulated

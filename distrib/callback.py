@@ -10,14 +10,20 @@ from fastcore.basics import class2attr
 __all__ = ['events', 'CancelFitException', 'CancelEpochException', 'CancelTrainException', 'CancelValidException',
            'CancelBatchException', 'CancelBackwardException', 'CancelStepException', 'Callback']
 
-# %% ../nbs/05_callback.ipynb #65336daa
-class CancelFitException(Exception): "Skip the rest of training and go to `after_cancel_fit`"
-class CancelEpochException(Exception): "Skip the rest of this epoch and go to `after_cancel_epoch`"
-class CancelTrainException(Exception): "Skip the rest of the epoch's training and go to `after_cancel_train`"
-class CancelValidException(Exception): "Skip the rest of the epoch's validation and go to `after_cancel_validate`"
-class CancelBatchException(Exception): "Skip the rest of this batch and go to `after_cancel_batch`"
-class CancelBackwardException(Exception): "Skip the backward pass and go to `after_cancel_backward`"
-class CancelStepException(Exception): "Skip the optimizer step and go to `after_cancel_step`"
+# %% ../nbs/05_callback.ipynb #499e1725
+class _Cancel(Exception):
+    "Base of the Cancel*Exceptions; `every_rank=True`: raised on every rank at the same point, by construction"
+    def __init__(self, *args, every_rank:bool=False):
+        super().__init__(*args)
+        self.every_rank = every_rank
+
+class CancelFitException(_Cancel): "Skip the rest of training and go to `after_cancel_fit`"
+class CancelEpochException(_Cancel): "Skip the rest of this epoch and go to `after_cancel_epoch`"
+class CancelTrainException(_Cancel): "Skip the rest of the epoch's training and go to `after_cancel_train`"
+class CancelValidException(_Cancel): "Skip the rest of the epoch's validation and go to `after_cancel_validate`"
+class CancelBatchException(_Cancel): "Skip the rest of this batch and go to `after_cancel_batch`"
+class CancelBackwardException(_Cancel): "Skip the backward pass and go to `after_cancel_backward`"
+class CancelStepException(_Cancel): "Skip the optimizer step and go to `after_cancel_step`"
 
 events = ('after_create before_fit before_epoch before_train before_batch after_pred after_loss before_backward '
           'after_cancel_backward after_backward before_step after_cancel_step after_step after_cancel_batch '

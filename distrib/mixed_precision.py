@@ -11,7 +11,7 @@ from .learner import _model_device
 # %% auto #0
 __all__ = ['MixedPrecision']
 
-# %% ../nbs/14_mixed_precision.ipynb #b2297b2c
+# %% ../nbs/14_mixed_precision.ipynb #25321021
 _DTYPES = {'fp16': torch.float16, 'float16': torch.float16, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16}
 
 def _default_dtype(device_type:str)->torch.dtype:
@@ -103,7 +103,7 @@ class MixedPrecision(Callback):
         if self.scaler is None: return
         self.skipped = True
         self.scaler.step(self)   # calls self.step() only when the gradients are finite
-        if self.skipped: raise CancelStepException()
+        if self.skipped: raise CancelStepException(every_rank=True)  # all-reduced gradients: the same on every rank
     def after_step(self):
         if self.scaler is not None: self.scaler.update()
 

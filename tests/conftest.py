@@ -1,16 +1,42 @@
-"Shared helpers: run a script under `python -m distrib.launch` with a timeout, so a hang fails the test"
-import os, re, subprocess, sys
+"""Shared helpers: run a script under `python -m distrib.launch` with a timeout, so a hang fails the test; every
+launched process carries a tag in its environment (`DISTRIB_TEST_TAG`), so that `orphans` finds any left behind"""
+import os, re, time, uuid, subprocess, sys
 from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent/'scripts'
 
+def new_tag()->str:
+    "A fresh value for `DISTRIB_TEST_TAG`"
+    return uuid.uuid4().hex
+
+def tagged(tag:str)->list:
+    "Pids of the live processes (not zombies) whose environment has DISTRIB_TEST_TAG=`tag`"
+    out, needle = [], f'DISTRIB_TEST_TAG={tag}'.encode()
+    for d in os.listdir('/proc'):
+        if not d.isdigit(): continue
+        try:
+            if needle not in open(f'/proc/{d}/environ', 'rb').read().split(b'\0'): continue
+            if open(f'/proc/{d}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z': out.append(int(d))
+        except OSError: pass
+    return out
+
+def orphans(tag:str, wait:float=5.)->list:
+    "The processes of tag `tag` still alive after up to `wait` seconds (none once a job ended completely)"
+    end = time.monotonic() + wait
+    while (left := tagged(tag)) and time.monotonic() < end: time.sleep(0.1)
+    return left
+
 def launch(script, *args, nproc=2, launcher_args=(), timeout=120, cwd=None, env=None):
-    "Run `script` with `nproc` processes under distrib.launch; returns the CompletedProcess (text output)"
-    e = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
+    """Run `script` with `nproc` processes under distrib.launch; returns the CompletedProcess (text output), with
+    the processes' tag as `.tag`"""
+    tag = new_tag()
+    e = dict(os.environ, PYTHONUNBUFFERED='1', DISTRIB_TEST_TAG=tag, **(env or {}))
     cmd = [sys.executable, '-m', 'distrib.launch', '--nproc_per_node', str(nproc), *launcher_args, str(script), *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=e)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=e)
+    r.tag = tag
+    return r
 
 @pytest.fixture
 def run_launch(): return launch

@@ -44,3 +44,19 @@ def test_fault_in_fit_reraised_with_rank(capfd):
     fault_at = float(capfd.readouterr().out.split('FAULT_AT ')[1].split()[0])
     print(f"\nFAULT-TIME notebook_launch, rank 1 raises in before_batch: ended {end - fault_at:.1f} s after the fault")
     assert end - start < 60 and end - fault_at < 30
+
+def reset_on_rank0():
+    "Rank 0's own ConnectionResetError (a download, say) while rank 1 waits for it in a barrier"
+    import distrib
+    distrib.setup_distrib(timeout=30)
+    if rank_distrib() == 0:
+        time.sleep(0.5)
+        raise ConnectionResetError(104, 'Connection reset by peer')
+    distrib.distrib_barrier()
+
+def test_own_connection_reset_is_the_cause():
+    "The caller gets rank 0's ConnectionResetError, its own, not rank 1's report of a peer that went away"
+    start = time.time()
+    with pytest.raises(ConnectionResetError) as info: notebook_launch(reset_on_rank0, nprocs=2, timeout=120)
+    assert 'rank 0 of 2' in info.value.__notes__[0]
+    assert time.time() - start < 60

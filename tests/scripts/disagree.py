@@ -9,15 +9,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from distrib import Learner, DataLoaders, Callback, rank_distrib, unwrap_model
+from distrib import (Learner, DataLoaders, Callback, rank_distrib, unwrap_model, CancelBatchException,
+                     CancelTrainException, CancelFitException, rank0_first, long_phase, distrib_barrier)
 
 rank = rank_distrib()
 
-def make_learn(n_train=64, model=None, bs=8):
+def make_learn(n_train=64, model=None, bs=8, lr=0.01, opt_func=torch.optim.SGD, loss=nn.functional.mse_loss,
+               shuffle=True, n_valid=16):
     x = torch.randn(n_train, 3); y = x.sum(1, keepdim=True)
-    dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=bs, shuffle=True),
-                      DataLoader(TensorDataset(x[:16], y[:16]), batch_size=bs))
-    learn = Learner(dls, model or nn.Linear(3, 1), nn.functional.mse_loss, opt_func=torch.optim.SGD, lr=0.01)
+    dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=bs, shuffle=shuffle),
+                      DataLoader(TensorDataset(x[:n_valid], y[:n_valid]), batch_size=bs))
+    learn = Learner(dls, model or nn.Linear(3, 1), loss, opt_func=opt_func, lr=lr)
     learn.progress.enabled = False
     return learn
 
@@ -65,11 +67,63 @@ def case_nested():
     with learn.distrib_ctx(timeout=30):
         with learn.distrib_ctx(timeout=30): learn.fit(1)
 
+def case_lr():  # the ranks' weights would drift apart while the reported (averaged) losses agree
+    learn = make_learn(lr=0.01 if rank == 0 else 0.02)
+    with learn.distrib_ctx(timeout=30): learn.fit(1)
+
+def case_opt():
+    learn = make_learn(opt_func=torch.optim.SGD if rank == 0 else torch.optim.Adam)
+    with learn.distrib_ctx(timeout=30): learn.fit(1)
+
+def case_loss():
+    learn = make_learn(loss=nn.functional.mse_loss if rank == 0 else nn.functional.l1_loss)
+    with learn.distrib_ctx(timeout=30): learn.fit(1)
+
+def case_shuffle():  # the shards would overlap: some samples twice per epoch, others never
+    learn = make_learn(shuffle=rank == 0)
+    with learn.distrib_ctx(timeout=30): learn.fit(1)
+
+def case_dtype():  # DDP's first broadcast of tensors of different sizes would abort the process (SIGABRT)
+    learn = make_learn(model=nn.Linear(3, 1) if rank == 0 else nn.Linear(3, 1).double())
+    with learn.distrib_ctx(timeout=30): learn.fit(1)
+
+def case_valid_len():  # validate outside fit: metrics over a mix of two validation sets
+    learn = make_learn(n_valid=16 if rank == 0 else 12)
+    with learn.distrib_ctx(timeout=30): learn.validate()
+
+def case_preds_len():  # get_preds outside fit: 14 predictions for 16 and 12 samples
+    learn = make_learn(n_valid=16 if rank == 0 else 12)
+    with learn.distrib_ctx(timeout=30): learn.get_preds()
+
+class CancelEverywhere(Callback):
+    "Cancels a batch, an epoch's training, then the fit, on every rank at the same points: agreed, not refused"
+    def before_batch(self):
+        l = self.learn
+        if not l.training: return
+        if l.epoch == 0 and l.iter == 1: raise CancelBatchException()
+        if l.epoch == 0 and l.iter == 2: raise CancelTrainException()
+        if l.epoch == 1 and l.iter == 0: raise CancelFitException()
+
+def case_cancel_all():
+    learn = make_learn()
+    with learn.distrib_ctx(timeout=30): learn.fit(3, cbs=CancelEverywhere())
+    assert learn.epoch == 1 and len(learn.recorder.values) == 1, (learn.epoch, learn.recorder.values)
+
+def case_long_phase():  # rank 0 busy past the 1 s timeout, in rank0_first and in a declared long phase: no stall
+    learn = make_learn()
+    with learn.distrib_ctx(timeout=1):
+        rank0_first(lambda: time.sleep(2.5) if rank == 0 else None)
+        if rank == 0:
+            with long_phase('evaluating on rank 0'): time.sleep(2.5)
+        distrib_barrier()
+        learn.fit(1)
+
 def case_cuda():
     learn = make_learn()
     with learn.distrib_ctx(device='cuda', timeout=30): learn.fit(1)
 
-cases = sys.argv[1:] or ['len_dl', 'params', 'grown', 'epochs', 'callback', 'local_only', 'tiny', 'nested', 'cuda']
+cases = sys.argv[1:] or ['len_dl', 'params', 'grown', 'epochs', 'callback', 'local_only', 'tiny', 'nested', 'lr', 'opt',
+                         'loss', 'shuffle', 'dtype', 'valid_len', 'preds_len', 'cancel_all', 'long_phase', 'cuda']
 for name in cases:
     start = time.perf_counter()
     try:

@@ -60,7 +60,7 @@ with learn.distrib_ctx():
     got = outcome(lambda: learn.save('model'))         # with the optimizer: about 200 KB
     unfill()
     if rank == 0: ok = got[:2] == ('OSError', errno.ENOSPC) and 'No space left on device' in got[2] and str(f) in got[2]
-    else: ok = got[0] == 'RuntimeError' and 'Rank 0 could not save' in got[2] and 'No space left on device' in got[2]
+    else: ok = got[0] == 'PeerFailedError' and 'Rank 0 could not save' in got[2] and 'No space left on device' in got[2]
     check('save_disk_full', ok and f.read_bytes() == before and not temps(f.parent), got)
 
     learn.fit(1, cbs=Checkpoint('ck'))                 # one checkpoint, at the end of epoch 0
@@ -71,7 +71,7 @@ with learn.distrib_ctx():
     missing = str(tmp/'ck'/f'step-{2*step}.pth')
     if rank == 0:
         ok = got[:2] == ('OSError', errno.ENOSPC) and 'No space left on device' in got[2] and missing in got[2]
-    else: ok = got[0] == 'RuntimeError' and 'Rank 0 could not write the checkpoint' in got[2] and missing in got[2]
+    else: ok = got[0] == 'PeerFailedError' and 'Rank 0 could not write the checkpoint' in got[2] and missing in got[2]
     kept = [p for _, p in checkpoints(tmp/'ck')] == [first] and load_file(first)['epoch'] == 1
     check('checkpoint_disk_full', ok and kept and not temps(tmp/'ck'), (got, os.listdir(tmp/'ck')))
 

@@ -1,36 +1,72 @@
-"""A fault on rank 1 in the middle of an epoch: `python -m distrib.launch fault.py MODE [TIMEOUT]`.
+"""A fault in the middle of an epoch: `python -m distrib.launch fault.py MODE [TIMEOUT]`.
 
-MODE: `raise` (ValueError in before_batch at batch 3), `sigkill` (SIGKILL itself at batch 3), `hang` (sleep past the
-collective timeout at batch 3: rank 0 waits in the gradient all-reduce), `barrier` (sleep before a barrier that
-rank 0 already waits in). Rank 1 prints `FAULT_AT <time.time()>` just before the fault.
+MODE, on rank 1 at training batch 3 unless said: `raise` (ValueError), `sigkill` (SIGKILL itself), `hang` (sleep
+past the collective timeout: rank 0 waits in the gradient all-reduce), `barrier` (sleep before a barrier that rank
+0 already waits in), `freeze` (SIGSTOP itself), `sigint` (SIGINT itself), `cancel_fit`, `cancel_epoch`,
+`cancel_batch` (raise it on rank 1 only), `save0` (rank 0 calls `learn.save` alone, the `if rank == 0:` habit),
+`exit0` (rank 1 exits with code 0 before set-up), `ignore_term` (rank 0 raises while rank 1, which ignores
+SIGTERM, sleeps), `freeze_peer` (rank 0 raises while rank 1 is frozen), `reset0` (rank 0's own
+ConnectionResetError in `rank0_first`'s function), `pipe0` (rank 0's own BrokenPipeError: a write to a closed pipe).
+The rank at fault prints `FAULT_AT <time.time()>` just before the fault. Files go to `$FAULT_DIR` (default: a new
+temporary directory).
 """
-import os, sys, time, signal
+import os, sys, time, signal, tempfile
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from distrib import Learner, DataLoaders, Callback, rank_distrib, distrib_barrier, setup_distrib, teardown_distrib
+from distrib import (Learner, DataLoaders, Callback, rank_distrib, distrib_barrier, setup_distrib, teardown_distrib,
+                     rank0_first, CancelFitException, CancelEpochException, CancelBatchException)
 
 mode, timeout = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 60.
+rank = int(os.environ['RANK'])
+
+def mark(): print(f"FAULT_AT {time.time()}", flush=True)
+
+if mode == 'exit0' and rank == 1: mark(); sys.exit(0)  # before any set-up: the others wait for it in the rendezvous
 
 def fault():
-    print(f"FAULT_AT {time.time()}", flush=True)
+    if mode == 'freeze': time.sleep(1.5)  # its heartbeat says where it is first
+    mark()
     if mode == 'raise': raise ValueError('bad batch on purpose')
     if mode == 'sigkill': os.kill(os.getpid(), signal.SIGKILL)
+    if mode == 'freeze': os.kill(os.getpid(), signal.SIGSTOP)
+    if mode == 'sigint': os.kill(os.getpid(), signal.SIGINT); time.sleep(5)
+    if mode.startswith('cancel_'):
+        raise {'fit': CancelFitException, 'epoch': CancelEpochException, 'batch': CancelBatchException}[mode[7:]]()
     time.sleep(600)  # 'hang', 'barrier': stuck far past the timeout
 
 class Fault(Callback):
     def before_batch(self):
-        if rank_distrib() == 1 and self.learn.iter == 3: fault()
+        if not self.learn.training or self.learn.iter != 3 or self.learn.epoch != 0: return
+        if mode in ('ignore_term', 'freeze_peer'):
+            if rank == 1:
+                if mode == 'ignore_term': signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)
+                os.kill(os.getpid(), signal.SIGSTOP)
+            time.sleep(1)  # rank 1 sleeps (or is frozen) by now
+            mark(); raise ValueError('bad batch on purpose')
+        if rank == 1 and mode not in ('save0', 'pipe0'): fault()
+    def after_batch(self):
+        if rank != 0 or not self.learn.training or self.learn.iter != 3 or self.learn.epoch != 0: return
+        if mode == 'save0': mark(); self.learn.save('rank0_only')
+        if mode == 'pipe0':
+            r, w = os.pipe(); os.close(r)
+            mark(); os.write(w, b'progress\n')  # EPIPE: the reader of the output is gone
+
+def download():
+    if rank == 0 and mode == 'reset0': mark(); raise ConnectionResetError(104, 'Connection reset by peer')
+    return 'data'
 
 x = torch.randn(800, 3, generator=torch.Generator().manual_seed(0)); y = x.sum(1, keepdim=True)
 dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=4), DataLoader(TensorDataset(x, y), batch_size=8))
-learn = Learner(dls, nn.Linear(3, 1), nn.functional.mse_loss)
+learn = Learner(dls, nn.Linear(3, 1), nn.functional.mse_loss, path=os.environ.get('FAULT_DIR') or tempfile.mkdtemp())
+learn.progress.enabled = False
 # a short timeout also bounds the rendezvous: on a loaded machine one rank may start seconds after the other, so
 # first meet in a group with a long timeout (its teardown is a barrier), then create the short-timeout group together
 setup_distrib(timeout=120); teardown_distrib()
+if mode == 'reset0': rank0_first(download)
 with learn.distrib_ctx(timeout=timeout):
     if mode == 'barrier':
-        if rank_distrib() == 1: fault()
+        if rank == 1: fault()
         distrib_barrier()
     learn.fit(2, cbs=Fault())
-print(f"rank {rank_distrib()} finished: the fault did not happen", flush=True)
+print(f"rank {rank} finished: the fault did not happen", flush=True)
