@@ -2,7 +2,11 @@
 launched process carries a tag in its environment (`DISTRIB_TEST_TAG`), so that `orphans` finds any left behind"""
 import os, re, time, uuid, subprocess, sys
 from pathlib import Path
-import pytest
+import pytest, torch
+
+# One thread for the computations pytest's own processes run: the workers of `pytest -n` share the cores with the
+# jobs the tests launch, which the launcher gives one thread each
+torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent/'scripts'
@@ -41,9 +45,14 @@ def launch(script, *args, nproc=2, launcher_args=(), timeout=120, cwd=None, env=
 @pytest.fixture
 def run_launch(): return launch
 
+def report(fault:str, secs:float, since:str='the fault'):
+    "Print how long `fault` took to end (seen with `pytest -s`)"
+    print(f"\nFAULT-TIME {fault}: ended {secs:.1f} s after {since}")
+
 # The files whose jobs take longest, first: `pytest -n 2 --dist loadfile` hands files to its two workers in this
 # order, so the long ones do not start last and leave one worker idle at the end
-SLOW_FIRST = ['test_fsdp', 'test_clusters', 'test_checkpoint', 'test_faults', 'test_launch', 'test_distributed']
+SLOW_FIRST = ['test_faults', 'test_fsdp', 'test_clusters', 'test_checkpoint', 'test_launcher_signals', 'test_disagree',
+              'test_distributed', 'test_launch']
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}

@@ -6,7 +6,7 @@ times in a row."""
 import os, re, signal, subprocess, sys, time
 import pytest
 from conftest import launch, checked, SCRIPTS, ROOT
-from test_faults import _wait_for
+from test_launcher_signals import _wait_for
 from distrib import checkpoints
 
 JOB = SCRIPTS/'checkpoint_job.py'
