@@ -59,7 +59,8 @@ def fault_runs(tmp_path_factory):
     """Every job of FAULTS and of the stall cases, PARALLEL at a time: {mode: (CompletedProcess, seconds from the
     fault to the launcher's exit)}"""
     jobs = {m: () for m in FAULTS} | {m: (3,) for m in STALLS}
-    def run(mode): return mode, run_fault(mode, *jobs[mode], tmp=tmp_path_factory.mktemp(mode))
+    dirs = {m: tmp_path_factory.mktemp(m) for m in jobs}  # here: pytest's mktemp is not safe across threads
+    def run(mode): return mode, run_fault(mode, *jobs[mode], tmp=dirs[mode])
     with ThreadPoolExecutor(PARALLEL) as ex: return dict(ex.map(run, jobs))
 
 @pytest.mark.parametrize('mode', FAULTS)
