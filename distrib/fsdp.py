@@ -260,7 +260,7 @@ def local_state_bytes(model:nn.Module, opt:torch.optim.Optimizer|None=None)->dic
             'optimizer': 0 if opt is None else sum(_local(v).nbytes for s in opt.state.values() for v in s.values()
                                                    if torch.is_tensor(v))}
 
-# %% ../nbs/10d_fsdp.ipynb #ea3bd177
+# %% ../nbs/10d_fsdp.ipynb #e45dbd77
 @torch.no_grad()
 def clip_grad_norm_(parameters,                 # parameters (or one tensor) whose `.grad` are clipped in place
                     max_norm:float,             # the largest total norm kept
@@ -274,11 +274,11 @@ def clip_grad_norm_(parameters,                 # parameters (or one tensor) who
     `error_if_nonfinite`."""
     ps = [parameters] if torch.is_tensor(parameters) else list(parameters)
     grads = [p.grad for p in ps if p.grad is not None]
-    if not any(_is_dtensor(g) for g in grads):
-        return torch.nn.utils.clip_grad_norm_(ps, max_norm, norm_type, error_if_nonfinite)
+    sharded = [_is_dtensor(g) for g in grads]
+    if not any(sharded): return torch.nn.utils.clip_grad_norm_(ps, max_norm, norm_type, error_if_nonfinite)
     norm_type = float(norm_type)
-    group = next(g for g in grads if _is_dtensor(g)).device_mesh.get_group()
-    parts = [(_local(g), _is_dtensor(g)) for g in grads]
+    group = grads[sharded.index(True)].device_mesh.get_group()
+    parts = [(g.to_local() if s else g, s) for g, s in zip(grads, sharded)]
     device = parts[0][0].device
     if math.isinf(norm_type):
         total = torch.stack([l.abs().max().float() for l, _ in parts if l.numel()] + [torch.zeros((), device=device)])

@@ -57,15 +57,22 @@ def test_bad_options(out2):
 
 def test_sharded_checkpoint_reshards_2_to_3(runs): assert checked(runs[1][3], 'reshard_2_to_3'), runs[1][3]
 
-def test_sharded_checkpoint_loads_in_one_process(runs):
-    "The directory 2 ranks wrote, into a plain Learner in this process, without a process group"
+def _plain_learner(path, model_dir:str):
+    "A Learner in this process, not distributed, with tests/scripts/fsdp.py's model (fresh weights) and Adam"
     from torch.utils.data import DataLoader, TensorDataset
-    from distrib import Learner, DataLoaders, pg_initialized
-    tmp = runs[0]
-    ref = torch.load(tmp/'w2'/'ref.pt', weights_only=True)
+    from distrib import Learner, DataLoaders
     dl = DataLoader(TensorDataset(torch.randn(4, 4), torch.zeros(4, dtype=torch.long)), batch_size=2)
     model = nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2))
-    learn = Learner(DataLoaders(dl, dl), model, nn.functional.cross_entropy, path=tmp, model_dir='w2')
+    return Learner(DataLoaders(dl, dl), model, nn.functional.cross_entropy, opt_func=torch.optim.Adam, path=path,
+                   model_dir=model_dir)
+
+def test_sharded_checkpoint_loads_in_one_process(runs):
+    "The directory 2 ranks wrote, into a plain Learner in this process, without a process group"
+    from distrib import pg_initialized
+    tmp = runs[0]
+    ref = torch.load(tmp/'w2'/'ref.pt', weights_only=True)
+    learn = _plain_learner(tmp, 'w2')
+    model = learn.model
     learn.load('shards')
     assert not pg_initialized()
     for k, v in model.state_dict().items(): assert torch.equal(v, ref['model'][k]), k
@@ -92,14 +99,10 @@ def test_checkpoint_reshards_2_to_3(runs):
 
 def test_checkpoint_directory_loads_in_one_process(runs):
     "A Checkpoint directory 2 ranks wrote, with learn.load in this process: the whole file of the same step's state"
-    from torch.utils.data import DataLoader, TensorDataset
-    from distrib import Learner, DataLoaders
     tmp = runs[0]
     whole = torch.load(tmp/'w2'/'step-6.pth', weights_only=True)
-    dl = DataLoader(TensorDataset(torch.randn(4, 4), torch.zeros(4, dtype=torch.long)), batch_size=2)
-    model = nn.Sequential(nn.Linear(4, 33), nn.ReLU(), nn.Linear(33, 33), nn.ReLU(), nn.Linear(33, 2))
-    learn = Learner(DataLoaders(dl, dl), model, nn.functional.cross_entropy, opt_func=torch.optim.Adam, path=tmp,
-                    model_dir='w2/ck_one')
+    learn = _plain_learner(tmp, 'w2/ck_one')
+    model = learn.model
     learn.load('step-6')
     for k, v in model.state_dict().items(): assert torch.equal(v, whole['model'][k]), k
     state = learn.opt.state_dict()['state']
