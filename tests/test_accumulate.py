@@ -1,10 +1,10 @@
-"""GradientAccumulation and MixedPrecision over two gloo processes. One launch runs every check
-(tests/scripts/accumulate.py); each test reads its lines."""
+"""GradientAccumulation and MixedPrecision over two gloo processes. One script runs every check
+(tests/scripts/accumulate.py, in the shared job); each test reads its lines."""
 import pytest
-from conftest import launch_ok, checked, SCRIPTS
+from conftest import checked
 
 @pytest.fixture(scope='module')
-def out(): return launch_ok(SCRIPTS/'accumulate.py')
+def out(together): return together('accumulate')
 
 @pytest.mark.parametrize('strategy', ['single_auto_sync', 'multi_auto_sync', 'forced_sync'])
 def test_strategy_matches_one_process_full_batch(out, strategy):

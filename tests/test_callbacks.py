@@ -1,15 +1,12 @@
 """Schedules, lr_find, EarlyStopping, TerminateOnNaN, the loggers and GradientClip over two gloo processes, each
-against the same run in one process with the global batch. One launch runs every check
-(tests/scripts/callbacks.py); each test reads its lines."""
+against the same run in one process with the global batch. One script runs every check
+(tests/scripts/callbacks.py, in the shared job); each test reads its lines."""
 import importlib.util
 import pytest
-from conftest import launch, checked, SCRIPTS
+from conftest import checked
 
 @pytest.fixture(scope='module')
-def out(tmp_path_factory):
-    r = launch(SCRIPTS/'callbacks.py', tmp_path_factory.mktemp('callbacks'), timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr[-5000:]
-    return r.stdout
+def out(together): return together('callbacks')
 
 def test_one_cycle_under_ddp(out):
     "fit_one_cycle: weights and recorder values of one process with the global batch; fastai's lr curve, per step"

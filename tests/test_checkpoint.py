@@ -3,9 +3,9 @@ attempt's store keys), SIGTERM to the launcher stops every rank at the same step
 launch resumes exactly, another number of processes resumes from an epoch's end, SaveModelCallback under DDP.
 Run with `pytest -s` to see the largest differences (MAXDIFF lines). DISTRIB_RESTART_RUNS=5 runs the restart job 5
 times in a row."""
-import os, re, signal, subprocess, sys, time
+import os, re, signal, subprocess, sys
 import pytest
-from conftest import launch, checked, SCRIPTS, ROOT
+from conftest import launch, checked, run_forked, SCRIPTS, ROOT
 from test_launcher_signals import _wait_for
 from distrib import checkpoints
 
@@ -28,8 +28,7 @@ def test_restart_resumes_exactly(tmp_path, run):
         assert checked(out, name), (name, out[-3000:])
     maxdiffs(out)
     # another number of processes: 1 process resumes the 2-process checkpoints of the same run without dropout
-    w = subprocess.run([sys.executable, str(SCRIPTS/'checkpoint_world.py'), str(tmp_path)], capture_output=True,
-                       text=True, timeout=120, cwd=ROOT)
+    w = run_forked([SCRIPTS/'checkpoint_world.py', tmp_path], os.environ, timeout=120)
     assert w.returncode == 0, w.stdout + w.stderr[-5000:]
     assert checked(w.stdout, 'world_epoch') and checked(w.stdout, 'world_mid_epoch'), w.stdout
     maxdiffs(w.stdout)

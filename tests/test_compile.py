@@ -1,13 +1,11 @@
-"""distrib_ctx(compile=...) under DDP and FSDP on two gloo processes. One launch runs every check
-(tests/scripts/compile.py, tiny models: compiling on CPU takes seconds per graph); each test reads its lines."""
+"""distrib_ctx(compile=...) under DDP and FSDP on two gloo processes. One script runs every check
+(tests/scripts/compile.py, in the shared job; tiny models: compiling on CPU takes seconds per graph); each test
+reads its lines."""
 import pytest
-from conftest import launch, checked, SCRIPTS
+from conftest import checked
 
 @pytest.fixture(scope='module')
-def out(tmp_path_factory):
-    r = launch(SCRIPTS/'compile.py', tmp_path_factory.mktemp('compile'), nproc=2, timeout=900)
-    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-8000:]
-    return r.stdout
+def out(together): return together('compile')
 
 @pytest.mark.parametrize('strategy', ['ddp', 'fsdp'])
 def test_compiled_equals_eager(out, strategy):

@@ -1,10 +1,10 @@
 """DDP options, communication hooks, the find_unused_parameters hint and RNN reset() under distrib_ctx, over two gloo
-processes. One launch runs every check (tests/scripts/ddp_options.py); each test reads its lines."""
+processes. One script runs every check (tests/scripts/ddp_options.py, in the shared job); each test reads its lines."""
 import pytest
-from conftest import launch_ok, checked, SCRIPTS
+from conftest import checked
 
 @pytest.fixture(scope='module')
-def out(): return launch_ok(SCRIPTS/'ddp_options.py')
+def out(together): return together('ddp_options')
 
 def test_options_reach_ddp(out):
     for name in ['ddp_options', 'ddp_static_graph', 'ddp_unknown_option']: assert checked(out, name), out

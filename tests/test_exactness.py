@@ -1,14 +1,13 @@
 "What W processes report equals what one process would: validation, predictions, training, buffers, saving, resume"
 import json, re
 import pytest
-from conftest import launch, SCRIPTS
 
 @pytest.mark.parametrize('world_size', [2, 3])
-def test_exactness(world_size, tmp_path):
-    r = launch(SCRIPTS/'exactness.py', tmp_path, nproc=world_size, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-    m = re.search(r'EXACT (\{.*\})', r.stdout)
-    assert m, r.stdout
+def test_exactness(world_size, request):
+    "tests/scripts/exactness.py in the shared job of `world_size` processes"
+    out = request.getfixturevalue({2: 'together', 3: 'together3'}[world_size])('exactness')
+    m = re.search(r'EXACT (\{.*\})', out)
+    assert m, out
     res = json.loads(m.group(1))
     print(res)
     assert res['world_size'] == world_size

@@ -1,7 +1,7 @@
 """Faults end the whole job quickly, the launcher's output names the rank and the cause, and no process is left
 behind; bad set-ups fail on every rank at once, never hang. Run with `pytest -s` to see how long each fault took to
 end (the FAULT-TIME lines). Signals to the launcher: tests/test_launcher_signals.py; bad set-ups: test_disagree.py."""
-import re, signal, time
+import re, time
 from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import launch, orphans, report, SCRIPTS

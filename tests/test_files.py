@@ -1,7 +1,6 @@
 """Saving and loading when things go wrong, for real: a full disk (a small tmpfs in a private mount namespace, under
 2 processes), and saves killed by the kernel in the middle of their write (a file size limit, SIGXFSZ)."""
 import os, resource, shutil, signal, subprocess, sys
-from pathlib import Path
 import pytest, torch
 from conftest import checked, SCRIPTS, ROOT
 from distrib import save_file, load_file, checkpoints, Checkpoint

@@ -1,19 +1,16 @@
 """FSDP (distrib_ctx(strategy='fsdp')) on 2 and 3 gloo processes: the same weights as DDP, exact metrics, 1/W of the
 memory, accumulation, mixed precision, clipping, whole and sharded checkpoints (resharded from 2 ranks to 3 and to
-one process). One launch per world size runs every check (tests/scripts/fsdp.py); each test reads its lines."""
+one process). One script runs every check (tests/scripts/fsdp.py, in the shared jobs of 2 and 3 processes); each
+test reads its lines."""
 import pytest, torch
 from torch import nn
-from conftest import launch, checked, SCRIPTS
+from conftest import checked
 
 @pytest.fixture(scope='module')
-def runs(tmp_path_factory):
-    "The W=2 job, then the W=3 job, which loads the sharded checkpoint the first one wrote; both outputs"
-    tmp, outs = tmp_path_factory.mktemp('fsdp'), {}
-    for w in (2, 3):
-        r = launch(SCRIPTS/'fsdp.py', tmp, nproc=w, timeout=600)
-        assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-8000:]
-        outs[w] = r.stdout
-    return tmp, outs
+def runs(together, together3):
+    """fsdp.py in the shared job of 2 processes, then in the one of 3, which loads the sharded checkpoint the first
+    wrote: (the script's directory, {2: output, 3: output})"""
+    return together.dir/'fsdp', {2: together('fsdp'), 3: together3('fsdp')}
 
 @pytest.fixture(params=[2, 3], ids=['W2', 'W3'])
 def out(request, runs): return runs[1][request.param]

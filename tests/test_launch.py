@@ -1,5 +1,6 @@
 "The launcher: exit codes and argument errors"
 import os, re, sys, subprocess
+from concurrent.futures import ThreadPoolExecutor
 from conftest import launch, ROOT, SCRIPTS
 
 TORCHRUN_LOG = re.compile(r'^[IWE]\d{4} ', re.M)  # torchrun's log lines: "W1121 17:47:31.292000 24855 torch/..."
@@ -57,7 +58,7 @@ def test_success_clean_local(tmp_path):
 def test_default_nproc_is_two_on_cpu(tmp_path):
     s = tmp_path/'ok.py'
     s.write_text('import os, sys\nsys.stdout.write(f"world {os.environ[\'WORLD_SIZE\']} threads {os.environ[\'OMP_NUM_THREADS\']}\\n")\n')
-    r = subprocess.run([sys.executable, '-m', 'distrib.launch', str(s)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    r = launch(s, nproc=None)
     assert r.returncode == 0, r.stderr
     assert len(re.findall('world 2 threads 1', r.stdout)) == 2  # 2 cores // 2 processes
 
@@ -104,18 +105,15 @@ def _free_port()->int:
 def test_two_nodes_one_job():
     "Two launchers, --nnodes 2 on this machine (static rendezvous through --master_addr/--master_port): one world of 4"
     port = _free_port()
-    cmd = lambda n: [sys.executable, '-m', 'distrib.launch', '--nnodes', '2', '--node_rank', str(n), '--nproc_per_node', '2',
-                     '--master_addr', '127.0.0.1', '--master_port', str(port), str(SCRIPTS/'multinode.py')]
-    procs = [subprocess.Popen(cmd(n), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) for n in (0, 1)]
-    try: outs = [p.communicate(timeout=150) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None: p.kill()
-    for n, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, out + err
-        waits = [l for l in err.splitlines() if 'waits up to' in l]  # once, what for and how long
+    node = lambda n: launch(SCRIPTS/'multinode.py', nproc=2, timeout=150, launcher_args=(
+        '--nnodes', 2, '--node_rank', n, '--master_addr', '127.0.0.1', '--master_port', port))
+    with ThreadPoolExecutor(2) as ex: runs = list(ex.map(node, (0, 1)))
+    for n, r in enumerate(runs):
+        assert r.returncode == 0, r.stdout + r.stderr
+        waits = [l for l in r.stderr.splitlines() if 'waits up to' in l]  # once, what for and how long
         assert waits == [f'distrib.launch: node {n} waits up to 600 s for all 2 nodes of --nnodes 2 to join the '
-                         f'rendezvous at 127.0.0.1:{port} (--rdzv_conf timeout=SECONDS to change)'], err
+                         f'rendezvous at 127.0.0.1:{port} (--rdzv_conf timeout=SECONDS to change)'], r.stderr
+    outs = [(r.stdout, r.stderr) for r in runs]
     found = {}
     for node, (out, _) in enumerate(outs):
         for rank, local, world, nrank, total in re.findall(r'rank (\d) local (\d) world (\d) node (\d) sum (\d+)', out):

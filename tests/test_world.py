@@ -1,24 +1,23 @@
 """One world: the process group lives as long as the process, and one module says where a process stands. Each
 situation a user met, over 2 processes through the launcher, or with the environment a launcher would set."""
-import os, re, subprocess, sys, time
+import os, re, time
 import pytest
-from conftest import launch, ROOT, SCRIPTS
+from conftest import launch, run_forked, SCRIPTS
 
-def test_one_world_script(tmp_path):
-    "rank0_first first, fit refused without the context, the group outlives it, save readable at once, eval outside"
-    r = launch(SCRIPTS/'one_world.py', tmp_path, nproc=2, timeout=180)
-    assert r.returncode == 0, r.stdout + r.stderr[-5000:]
+def test_one_world_script(together):
+    """rank0_first first, fit refused without the context, the group outlives it, save readable at once, eval outside
+    (tests/scripts/one_world.py, the first script of the shared job)"""
+    out = together('one_world')
     for name in ['rank0_first_habit', 'fit_without_ctx_refused', 'world_in_ctx', 'group_outlives_ctx',
                  'save_after_ctx_readable', 'eval_outside_ctx_warns_once', 'eval_outside_ctx_equal']:
-        assert sorted(re.findall(rf'^CHECK {name} OK rank (\d)', r.stdout, re.M)) == ['0', '1'], (name, r.stdout)
+        assert sorted(re.findall(rf'^CHECK {name} OK rank (\d)', out, re.M)) == ['0', '1'], (name, out)
 
 def _run_alone(env_update, script='ctx_single.py'):
     "Run a script as one process with the variables `env_update` on top of a clean environment"
     drop = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'TORCHELASTIC_RUN_ID')
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(('SLURM_', 'OMPI_', 'PMI_'))}
     env.update(env_update)
-    return subprocess.run([sys.executable, str(SCRIPTS/script)], capture_output=True, text=True, timeout=60, env=env,
-                          cwd=ROOT)
+    return run_forked([SCRIPTS/script], env, timeout=60)
 
 def test_rank_without_world_size_fails():
     r = _run_alone({'RANK': '1'})
@@ -41,10 +40,9 @@ def test_slurm_four_tasks_never_four_worlds():
 def test_exit_after_an_exception(launcher):
     "An uncaught exception after training, on rank 1 only: the job ends at once, the exit names it, no hang"
     if launcher == 'torchrun':
-        cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
-               str(SCRIPTS/'exit_after_error.py'), '1']
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT,
-                           env=dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1'))
+        r = run_forked(['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
+                        SCRIPTS/'exit_after_error.py', '1'], dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1'),
+                       timeout=120)
     else: r = launch(SCRIPTS/'exit_after_error.py', '1', nproc=2, timeout=120)
     end = time.time()
     assert r.returncode != 0 and 'failed after training on rank 1' in r.stderr, r.stderr[-3000:]

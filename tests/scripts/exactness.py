@@ -1,5 +1,5 @@
 """Exactness under W processes (issue: what W processes report equals what one process would).
-Run: python -m distrib.launch --nproc_per_node W tests/scripts/exactness.py <shared tmp dir>
+Run: python -m distrib.launch --nproc_per_node W tests/scripts/exactness.py <tmp dir> (files go to <tmp dir>/w<W>)
 Each check computes the single-process reference in the same worker; rank 0 prints one `EXACT {json}` line with
 the largest differences measured; any violated property raises (non-zero exit)."""
 import json, sys
@@ -12,10 +12,10 @@ from torch.utils.data import DataLoader, TensorDataset
 from distrib import (Learner, DataLoaders, Callback, DistributedDL, AccumMetric, accuracy, unwrap_model,
                      setup_distrib, teardown_distrib, rank_distrib, num_distrib)
 
-tmp = Path(sys.argv[1])
 torch.set_num_threads(1)
 setup_distrib(timeout=60)
 W, rank = num_distrib(), rank_distrib()
+tmp = Path(sys.argv[1])/f'w{W}'
 diffs = {}
 
 def rel(a, b)->float:
