@@ -66,6 +66,13 @@ def run_forked(argv:list, env:dict, timeout:float, cwd=None)->subprocess.Complet
             raise subprocess.TimeoutExpired(cmd, timeout, _read(out), _read(err))
         return subprocess.CompletedProcess(cmd, p.exitcode, _read(out), _read(err))
 
+def run_alone(script, env_update:dict|None=None, timeout:float=60)->subprocess.CompletedProcess:
+    """Run `script` as one process (forked, `run_forked`) in this environment less every launcher's variables
+    (torch's, Slurm's, Open MPI's, PMI's), with `env_update` on top"""
+    drop = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'TORCHELASTIC_RUN_ID')
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(('SLURM_', 'OMPI_', 'PMI_'))}
+    return run_forked([script], env | (env_update or {}), timeout)
+
 def launch(script, *args, nproc=2, launcher_args=(), timeout=120, cwd=None, env=None, fork=True):
     """Run `script` with `nproc` processes (None: the launcher's default) under distrib.launch; returns the
     CompletedProcess (text output), with the processes' tag as `.tag`; raises `subprocess.TimeoutExpired` after
@@ -80,9 +87,6 @@ def launch(script, *args, nproc=2, launcher_args=(), timeout=120, cwd=None, env=
     r.tag = tag
     return r
 
-@pytest.fixture
-def run_launch(): return launch
-
 def report(fault:str, secs:float, since:str='the fault'):
     "Print how long `fault` took to end (seen with `pytest -s`)"
     print(f"\nFAULT-TIME {fault}: ended {secs:.1f} s after {since}")
@@ -95,12 +99,6 @@ SLOW_FIRST = ['test_faults', 'test_fsdp', 'test_clusters', 'test_checkpoint', 't
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: rank.get(Path(item.fspath).stem, len(SLOW_FIRST)))  # stable: order within a file kept
-
-def launch_ok(script, nproc=2, timeout=300)->str:
-    "Run `script` under distrib.launch, assert it succeeded; its stdout (one job serving several tests)"
-    r = launch(script, nproc=nproc, timeout=timeout)
-    assert r.returncode == 0, r.stdout + r.stderr[-5000:]
-    return r.stdout
 
 def checked(out:str, name:str)->bool:
     "True when the job's output `out` has the line 'CHECK <name> OK'"

@@ -1,8 +1,9 @@
 """Run by `conftest.run_forked` in a process forked from the tests' forkserver, which imported torch and distrib
 once: `python ARGV...` as a new interpreter would run it, without importing torch again (about 1.7 s of CPU per
-process). ARGV is `['-m', module, *args]` or `[script.py, *args]`, run as `__main__`; the process gets the environment `ENV`, the working directory `CWD`, standard output to the file `OUT`
-and standard error to `ERR` (these five globals are given by `runpy.run_path(init_globals=...)`). Processes the
-launcher starts are new interpreters, as always."""
+process). ARGV is `['-m', module, *args]` or `[script.py, *args]`, run as `__main__`; the process gets the
+environment `ENV`, the working directory `CWD`, standard output to the file `OUT` and standard error to `ERR` (these
+five globals are given by `runpy.run_path(init_globals=...)`). Processes the launcher starts are new interpreters,
+as always."""
 import atexit, os, runpy, signal, sys
 
 for fd, path in ((1, OUT), (2, ERR)):  # noqa: F821 (given by run_path)

@@ -1,29 +1,26 @@
 "distrib_ctx over several gloo processes"
-import os, re
+import re
 from concurrent.futures import ThreadPoolExecutor
-from conftest import launch, run_forked, SCRIPTS
+from conftest import launch, run_alone, SCRIPTS
 
 def test_ctx_restores_learner(together):
     out = together('ctx_restore')
     assert sorted(re.findall(r'rank \d OK', out)) == ['rank 0 OK', 'rank 1 OK'], out
 
 def test_ctx_single_process_is_noop():
-    env = {k: v for k, v in os.environ.items() if k not in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK')}
-    r = run_forked([SCRIPTS/'ctx_single.py'], env, timeout=60)
+    r = run_alone(SCRIPTS/'ctx_single.py')
     assert r.returncode == 0, r.stdout + r.stderr
     assert 'OK' in r.stdout
 
 def test_world_size_without_rendezvous_fails_loudly():
     "WORLD_SIZE > 1 but no MASTER_ADDR: an error, never a silent single-process run on all the data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith('MASTER_')}
-    env.update(RANK='0', WORLD_SIZE='2', LOCAL_RANK='0')
-    r = run_forked([SCRIPTS/'ctx_single.py'], env, timeout=60)
+    r = run_alone(SCRIPTS/'ctx_single.py', dict(RANK='0', WORLD_SIZE='2', LOCAL_RANK='0'))
     assert r.returncode != 0
     assert 'MASTER_ADDR' in r.stderr
 
 def test_rank_outside_world_fails():
-    env = dict(os.environ, RANK='2', WORLD_SIZE='2', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1', MASTER_PORT='1')
-    r = run_forked([SCRIPTS/'ctx_single.py'], env, timeout=60)
+    r = run_alone(SCRIPTS/'ctx_single.py', dict(RANK='2', WORLD_SIZE='2', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1',
+                                                MASTER_PORT='1'))
     assert r.returncode != 0
     assert 'Invalid rank 2' in r.stderr and '[0, 1]' in r.stderr
 

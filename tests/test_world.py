@@ -2,7 +2,7 @@
 situation a user met, over 2 processes through the launcher, or with the environment a launcher would set."""
 import os, re, time
 import pytest
-from conftest import launch, run_forked, SCRIPTS
+from conftest import launch, run_alone, run_forked, SCRIPTS
 
 def test_one_world_script(together):
     """rank0_first first, fit refused without the context, the group outlives it, save readable at once, eval outside
@@ -12,15 +12,8 @@ def test_one_world_script(together):
                  'save_after_ctx_readable', 'eval_outside_ctx_warns_once', 'eval_outside_ctx_equal']:
         assert sorted(re.findall(rf'^CHECK {name} OK rank (\d)', out, re.M)) == ['0', '1'], (name, out)
 
-def _run_alone(env_update, script='ctx_single.py'):
-    "Run a script as one process with the variables `env_update` on top of a clean environment"
-    drop = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT', 'TORCHELASTIC_RUN_ID')
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(('SLURM_', 'OMPI_', 'PMI_'))}
-    env.update(env_update)
-    return run_forked([SCRIPTS/script], env, timeout=60)
-
 def test_rank_without_world_size_fails():
-    r = _run_alone({'RANK': '1'})
+    r = run_alone(SCRIPTS/'ctx_single.py', {'RANK': '1'})
     assert r.returncode != 0
     assert 'RANK=1 is set but WORLD_SIZE is not' in r.stderr, r.stderr[-2000:]
 
@@ -29,10 +22,10 @@ SLURM4 = {'SLURM_PROCID': '1', 'SLURM_NTASKS': '4', 'SLURM_STEP_NUM_TASKS': '4',
 
 def test_slurm_four_tasks_never_four_worlds():
     "srun -n 4 without torch's variables: one world of 4 (which needs rank 0's address), never 4 worlds of one"
-    r = _run_alone(SLURM4)
+    r = run_alone(SCRIPTS/'ctx_single.py', SLURM4)
     assert r.returncode != 0
     assert 'slurm started this process as rank 1 of 4' in r.stderr and 'MASTER_ADDR' in r.stderr, r.stderr[-2000:]
-    r = _run_alone(dict(SLURM4, RANK='0', WORLD_SIZE='1'))
+    r = run_alone(SCRIPTS/'ctx_single.py', dict(SLURM4, RANK='0', WORLD_SIZE='1'))
     assert r.returncode != 0
     assert 'slurm started 4 tasks' in r.stderr and 'WORLD_SIZE=1' in r.stderr, r.stderr[-2000:]
 
@@ -41,8 +34,8 @@ def test_exit_after_an_exception(launcher):
     "An uncaught exception after training, on rank 1 only: the job ends at once, the exit names it, no hang"
     if launcher == 'torchrun':
         r = run_forked(['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
-                        SCRIPTS/'exit_after_error.py', '1'], dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1'),
-                       timeout=120)
+                        SCRIPTS/'exit_after_error.py', '1'],
+                       dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1'), timeout=120)
     else: r = launch(SCRIPTS/'exit_after_error.py', '1', nproc=2, timeout=120)
     end = time.time()
     assert r.returncode != 0 and 'failed after training on rank 1' in r.stderr, r.stderr[-3000:]

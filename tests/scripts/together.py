@@ -2,9 +2,9 @@
 and builds DDP once: about 3 s of CPU saved per script and rank).
 Run: python -m distrib.launch --nproc_per_node W tests/scripts/together.py OUT a.py [b.py ...]
 Each script runs as `python a.py OUT/a` would: `__main__`, its own argv, the random states a new process starts
-with, its warnings filters undone after it. What it prints (stdout and stderr) goes to OUT/a.w<W>.<rank>.txt; a script
-that raises has its traceback and a last line 'SCRIPT FAILED' there, and the next one still runs; the exit code is 1
-when any failed."""
+with, its warnings filters undone after it. What it prints (stdout and stderr) goes to OUT/a.w<W>.<rank>.txt; a
+script that raises has its traceback and a last line 'SCRIPT FAILED' there, and the next one still runs; the exit
+code is 1 when any failed."""
 import contextlib, os, random, runpy, sys, traceback, warnings
 from pathlib import Path
 import torch
@@ -18,8 +18,8 @@ for script in scripts:
     (out/name).mkdir(parents=True, exist_ok=True)
     torch.random.set_rng_state(fresh[0])
     random.setstate(fresh[1])
-    with open(out/f'{name}.w{world}.{rank}.txt', 'w') as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f), \
-         warnings.catch_warnings():
+    log = open(out/f'{name}.w{world}.{rank}.txt', 'w')
+    with log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), warnings.catch_warnings():
         sys.argv = [script, str(out/name)]
         try: runpy.run_path(script, run_name='__main__')
         except SystemExit as e:
