@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_distributed.ipynb #d49afb5e
 from __future__ import annotations
-import gc, datetime, inspect
+import gc, datetime, inspect, weakref
 from contextlib import contextmanager
 import torch
 import torch.distributed as dist
@@ -279,6 +279,26 @@ def detach_distributed(self:Learner)->Learner:
         self.remove_cb(cb)
     return self
 
+# %% ../nbs/10_distributed.ipynb #d94368f8
+@contextmanager
+def _collect_on_exit():
+    """On exit of the block (also when it raises), run Python's cyclic garbage collection over the objects made
+    inside it only: those that existed before are frozen (`gc.freeze`) for the block's duration, after a collection
+    of the young generations, and unfrozen after. Yields a list: a weak reference (`weakref.ref`) appended to it
+    names an object that must be gone on exit; if it is still alive, a full collection follows. When the process
+    had frozen objects itself, nothing is frozen or unfrozen here and the collection on exit is a full one."""
+    ours = gc.get_freeze_count() == 0
+    if ours:
+        gc.collect(1)   # recent garbage is collected, not frozen
+        gc.freeze()
+    must_go = []
+    try: yield must_go
+    finally:
+        gc.collect()
+        if ours:
+            gc.unfreeze()
+            if any(r() is not None for r in must_go): gc.collect()
+
 # %% ../nbs/10_distributed.ipynb #a2ceb1b7
 def _check_backend(backend:str|None):
     "RuntimeError when `backend` is given and is not the existing default group's"
@@ -314,14 +334,13 @@ def distrib_ctx(self:Learner,
     _check_backend(backend)
     created = setup_distrib(_device_for(self.model, device), backend=backend,
                             timeout=DEFAULT_TIMEOUT if timeout is None else timeout, world=world)
-    with distrib_timeout(None if created else timeout):
+    with distrib_timeout(None if created else timeout), _collect_on_exit() as must_go:
         self.to_distributed(device, sync_bn, comm_hook, comm_hook_state, strategy, compile, **kwargs)
+        must_go.append(weakref.ref(self.model))   # the DDP wrapper (or FSDP's sharded copy): freed on exit
         try: yield self
         except BaseException as e:
             remember_position()  # before detaching: the loop's position is still known
             err = explain_failure(e, group_timeout())
             if err is not e: raise err from e
             raise
-        finally:
-            self.detach_distributed()
-            gc.collect()  # free the DDP reducer (or FSDP's state) now, not at some later collection
+        finally: self.detach_distributed()

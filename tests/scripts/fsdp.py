@@ -4,7 +4,7 @@ The W=2 run leaves a sharded checkpoint and its reference state in <tmp>/w2 for 
 Rank 0 prints one 'CHECK <name> OK <figures>' line per check; a violated property raises (non-zero exit).
 Sections whose results do not depend on how the rows divide among the ranks (accumulation, mixed precision, the
 Learner after the context, bad options, fastai's callbacks, block options) run on W=2 only: W=3 costs most."""
-import os, shutil, sys, warnings
+import gc, os, shutil, sys, warnings, weakref
 from functools import partial
 from pathlib import Path
 import torch
@@ -221,13 +221,17 @@ if W == 2:  # W=2 only
     with learn.distrib_ctx(**FSDP): learn.fit(2, start_epoch=1)
     d = rel(weights(learn.model), weights(ddp.model))
     w = weights(learn.model)
+    gc.disable()    # the sharded copy must be gone on exit through distrib_ctx's own collection
     try:
         with learn.distrib_ctx(**FSDP):
+            sharded = weakref.ref(learn.model)
             learn.fit(1)
             raise KeyError('boom')
     except KeyError: pass
-    check('exit_restores_learner', d <= 1e-5 and learn.model is model and torch.equal(weights(learn.model), w),
-          f'max_rel_two_contexts_vs_ddp={d:.2e}')
+    gone = sharded() is None and gc.get_freeze_count() == 0
+    gc.enable()
+    check('exit_restores_learner', d <= 1e-5 and learn.model is model and torch.equal(weights(learn.model), w) and
+          gone, f'max_rel_two_contexts_vs_ddp={d:.2e} sharded copy gone on exit={gone}')
 
 # 8. checkpoints: whole (gathered on rank 0, the one-process format) and sharded (every rank its shards)
 shutil.rmtree(tmp/'models', ignore_errors=True)
