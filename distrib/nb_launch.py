@@ -139,6 +139,7 @@ def notebook_launch(fn,                      # the function each worker runs: fn
     deadline = None if timeout is None else time.time() + timeout
     if method == 'fork': _warm_imports()
     sigterm = signal.getsignal(signal.SIGTERM)  # elastic's agent replaces it and does not put it back
+    signals = os.environ.get('TORCHELASTIC_SIGNALS_TO_HANDLE')  # elastic_launch sets it and leaves it set
     from distrib.launch import localhost_store  # here: `python -m distrib.launch` must not find it imported by distrib
     gc.collect()  # the stores of earlier calls that a traceback kept: destroyed here, not in a worker (it would hang)
     store = localhost_store(what='notebook_launch: the store port')
@@ -154,4 +155,6 @@ def notebook_launch(fn,                      # the function each worker runs: fn
         except ChildFailedError as e: _raise_failure(e, d, nprocs, timeout)
         finally:
             if signal.getsignal(signal.SIGTERM) is not sigterm: signal.signal(signal.SIGTERM, sigterm)
+            if signals is None: os.environ.pop('TORCHELASTIC_SIGNALS_TO_HANDLE', None)
+            else: os.environ['TORCHELASTIC_SIGNALS_TO_HANDLE'] = signals
             store = None  # the server stops now, also when a traceback keeps this frame
