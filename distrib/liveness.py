@@ -291,18 +291,20 @@ class _Watchdog(threading.Thread):
                                  f"for {self.timeout:.0f} s, so {host} is gone ({type(e).__name__}: {e})", blame))
 
     def end(self, err:PeerFailedError):
-        "Report `err` for this rank, give the main thread GRACE seconds to end by itself, then end the process"
+        """Report `err` for this rank, give the main thread GRACE seconds to end by itself, then end the process.
+        When the main thread reaches `stop_liveness` first (its script ended as the peer failed), return instead:
+        the process ends with the script's own exit code, and the failed peer's stays the job's."""
         self.ending = True
         report_failure(err, store=self.store, tb_text=f"{type(err).__name__}: {err}\n(raised by distrib's watchdog "
                        f"thread; the main thread was in {describe(position())})\n")
-        end = time.monotonic() + GRACE
-        while time.monotonic() < end: time.sleep(0.05)
+        if self.halt.wait(GRACE): return
         exit_now(1, f"distrib: {err}")
 
     def linger(self):
-        "This rank is failing by itself: make sure the process ends, even if its teardown hangs"
+        """This rank is failing by itself: make sure the process ends, even if its teardown hangs. Returns when the
+        main thread reaches `stop_liveness` (its teardown is over), so that the process ends with its own code"""
         self.ending = True
-        time.sleep(3*GRACE)
+        if self.halt.wait(3*GRACE): return
         exit_now(_Here.code or 1, f"distrib: rank {self.world.rank} is still running {3*GRACE:.0f} s after "
                                          f"it failed (a hung teardown?): ending it")
 
@@ -356,9 +358,12 @@ def stop_liveness(code:int|None=None, # the exit code; default: the script's, el
     interpreter exit; call it before a process ends without running atexit handlers (`os._exit`, a forked
     multiprocessing worker)."""
     dog = _Job.dog
-    if dog is None or not dog.is_alive() or dog.ending: return
+    if dog is None or not dog.is_alive(): return
     dog.halt.set()
-    dog.join(2*INTERVAL)  # no heartbeat of its may land after the last one
+    if dog.ending:  # it is ending this rank (a peer failed) or lingering: either returns now
+        dog.join(GRACE + 1)  # not exiting under it: the interpreter's end while it is in the store aborts (SIGABRT)
+        return
+    dog.join(2*INTERVAL)  # no heartbeat of its may land after the last one; it may turn to `end` or `linger` first
     _Here.state = 'exited'
     if code is not None: _Here.code = code
     if _Here.code is None: _Here.code = 1 if getattr(sys, 'last_value', None) is not None else 0
