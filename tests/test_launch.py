@@ -6,15 +6,17 @@ from conftest import launch, ROOT, SCRIPTS
 TORCHRUN_LOG = re.compile(r'^[IWE]\d{4} ', re.M)  # torchrun's log lines: "W1121 17:47:31.292000 24855 torch/..."
 
 def test_failing_script_exit_code_verbose(tmp_path):
-    """The failed rank's exit code is the launcher's; with --verbose, torchrun's own log lines are printed too. No
-    --nproc_per_node: 2 processes on a CPU machine, one thread each on 2 cores"""
+    """The failed rank's exit code is the launcher's, also when the other rank's script ends about when its watchdog
+    would end it (2.5 s: the exit of neither waits for, nor races, its watchdog); with --verbose, torchrun's own log
+    lines are printed too. No --nproc_per_node: 2 processes on a CPU machine, one thread each on 2 cores"""
     s = tmp_path/'fail.py'
-    s.write_text('import os, sys\nsys.stdout.write(f"world {os.environ[\'WORLD_SIZE\']} threads '
-                 '{os.environ[\'OMP_NUM_THREADS\']}\\n")\nsys.exit(7 if os.environ["RANK"] == "1" else 0)\n')
+    s.write_text('import os, sys, time\nsys.stdout.write(f"world {os.environ[\'WORLD_SIZE\']} threads '
+                 '{os.environ[\'OMP_NUM_THREADS\']}\\n")\nif os.environ["RANK"] == "1": sys.exit(7)\n'
+                 'time.sleep(2.5)\n')
     r = launch(s, nproc=None, launcher_args=('--verbose',))
     assert r.returncode == 7, r.stderr
     assert TORCHRUN_LOG.search(r.stderr), r.stderr
-    assert 'distrib.launch: rank 1 failed (exit code 7)' in r.stderr
+    assert 'distrib.launch: rank 1 failed (exit code 7)' in r.stderr and 'SIGABRT' not in r.stderr, r.stderr
     threads = max(1, (os.cpu_count() or 1) // 2)    # as distrib.launch sets OMP_NUM_THREADS
     assert r.stdout.count(f'world 2 threads {threads}\n') == 2, r.stdout
 
