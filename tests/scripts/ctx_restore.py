@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.nn.parallel import DistributedDataParallel
-from distrib import (Learner, DataLoaders, Callback, DistributedDL, DistributedTrainer, rank_distrib, num_distrib,
+from distrib import (Learner, DataLoaders, Callback, DistributedDL, rank_distrib, num_distrib,
                      pg_initialized, setup_distrib, teardown_distrib)
 
 x = torch.randn(60, 3, generator=torch.Generator().manual_seed(0)); y = x.sum(1, keepdim=True)

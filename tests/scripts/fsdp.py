@@ -175,7 +175,6 @@ if W == 2:  # W=2 only
     d, d32 = rel(weights(learn.model), weights(ddp16.model)), rel(weights(learn.model), weights(ddp.model))
     check('mixed_precision_bf16', cd.dtypes == {torch.bfloat16} and learn.model[0].weight.dtype == torch.float32
           and d < 1e-2, f'compute dtypes={cd.dtypes} max_rel_vs_ddp_bf16={d:.2e} (vs fp32: {d32:.2e})')
-    import warnings
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         late = fit(cbs=[MixedPrecision('bf16'), cd], ctx=FSDP)  # given to fit: autocast only, and a warning says so
