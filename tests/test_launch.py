@@ -112,13 +112,13 @@ def test_two_nodes_one_job():
         waits = [l for l in r.stderr.splitlines() if 'waits up to' in l]  # once, what for and how long
         assert waits == [f'distrib.launch: node {n} waits up to 600 s for all 2 nodes of --nnodes 2 to join the '
                          f'rendezvous at 127.0.0.1:{port} (--rdzv_conf timeout=SECONDS to change)'], r.stderr
-    outs = [(r.stdout, r.stderr) for r in runs]
     found = {}
-    for node, (out, _) in enumerate(outs):
-        for rank, local, world, nrank, total in re.findall(r'rank (\d) local (\d) world (\d) node (\d) sum (\d+)', out):
+    for node, r in enumerate(runs):
+        for rank, local, world, nrank, total in re.findall(r'rank (\d) local (\d) world (\d) node (\d) sum (\d+)',
+                                                           r.stdout):
             assert (world, nrank, total) == ('4', str(node), '10')  # 1+2+3+4: the all_reduce spans both nodes
             found[int(rank)] = (node, int(local))
-    assert found == {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}, outs
+    assert found == {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}, [(r.stdout, r.stderr) for r in runs]
 
 def test_node_alone_gives_up():
     "--nnodes 2 started on one node only: it says what it waits for, then gives up with one line after the timeout"
