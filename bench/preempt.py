@@ -4,7 +4,7 @@
     python bench/preempt.py --reps 15
 
 After an optimizer step, every `k` steps, the ranks all-reduce (max) `[signal received, k proposed by rank 0]`,
-rank 0 choosing `k` so that this takes about 1 % of the time (`distrib.preemption.StopSignals`). Measured:
+rank 0 choosing `k` so that this takes about 1 % of the time (`distrib.callback.preemption.StopSignals`). Measured:
 - agreement alone: one such all-reduce, in a loop (its whole latency);
 - MLP step: the step of bench/overhead.py (784-256-256-10, batch 64, forward, backward, Adam), followed (B) or not
   (A) by `StopSignals.at_step`; the last `k` rank 0 chose is reported;
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's distrib
 sys.path.insert(0, str(ROOT/'bench'))
 from overhead import make_data, make_model, BS
 from distrib import Learner, DataLoaders, Callback, Checkpoint, setup_distrib, current_world
-from distrib.preemption import StopSignals
+from distrib.callback.preemption import StopSignals
 
 def agreement()->StopSignals:
     "The agreement `Checkpoint` runs, between the ranks of the default group, no signal handler installed"

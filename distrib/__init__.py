@@ -7,38 +7,38 @@ __all__ = []
 
 # %% ../nbs/15_api.ipynb #cd30e8c1
 __version__ = "0.1.0"
-from .world import (World, WorldError, detect_world, current_world, rank_distrib, num_distrib,
+from .runtime.world import (World, WorldError, detect_world, current_world, rank_distrib, num_distrib,
                            local_rank_distrib, pg_initialized)
-from .clusters import expand_hostlist, requeue_slurm_job
-from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, in_collective, ErrorRecord,
+from .runtime.clusters import expand_hostlist, requeue_slurm_job
+from .runtime.errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, in_collective, ErrorRecord,
                             record_error, Failure, root_failure)
-from .liveness import long_phase, liveness_timeout, DEFAULT_LIVENESS_TIMEOUT
-from .group import (DEFAULT_TIMEOUT, default_backend, setup_distrib, ensure_distrib, teardown_distrib,
+from .runtime.liveness import long_phase, liveness_timeout, DEFAULT_LIVENESS_TIMEOUT
+from .runtime.group import (DEFAULT_TIMEOUT, default_backend, setup_distrib, ensure_distrib, teardown_distrib,
                            distrib_barrier, distrib_timeout, rank0_first)
-from .collectives import broadcast_object, all_reduce_mean, all_reduce_sum, gather_object, gather_in_order
+from .runtime.collectives import broadcast_object, all_reduce_mean, all_reduce_sum, gather_object, gather_in_order
 from .data import DistributedDL, shard_idxs, iter_shard, IterableShards
-from .seed import set_seed, get_random_states, set_random_states
+from .runtime.seed import set_seed, get_random_states, set_random_states
 from .files import save_file, load_file
-from .callback import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
+from .callback.core import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
 from .metrics import Metric, AvgMetric, AvgLoss, AccumMetric, accuracy
 from .recorder import Recorder, ProgressCallback, GatherPreds
 from .state import (is_sharded, full_model_state, full_opt_state, set_full_model_state, set_full_opt_state,
                            save_sharded, load_sharded)
 from .learner import Learner, DataLoaders, unwrap_model
-from .parallel import ParallelTrainer, ParallelModule
-from .distributed import DistributedTrainer, DistributedModule, convert_sync_batchnorm, revert_sync_batchnorm
-from .preflight import preflight_check, check_models, check_loader
-from .compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets
-from .fsdp import FSDPTrainer, shard_model, local_state_bytes, clip_grad_norm_
-from .accumulate import GradientAccumulation, SYNC_STRATEGIES
-from .mixed_precision import MixedPrecision
-from .preemption import Preempted, StopSignals
-from .checkpoint import Checkpoint, checkpoints
-from .nb_launch import notebook_launch
-from .schedule import (SchedLin, SchedCos, SchedNo, SchedExp, SchedPoly, combine_scheds, combined_cos,
+from .strategies.dp import ParallelTrainer, ParallelModule
+from .strategies.ddp import DistributedTrainer, DistributedModule, convert_sync_batchnorm, revert_sync_batchnorm
+from .strategies.preflight import preflight_check, check_models, check_loader
+from .strategies.compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets
+from .strategies.fsdp import FSDPTrainer, shard_model, local_state_bytes, clip_grad_norm_
+from .callback.accumulate import GradientAccumulation, SYNC_STRATEGIES
+from .callback.fp16 import MixedPrecision
+from .callback.preemption import Preempted, StopSignals
+from .callback.checkpoint import Checkpoint, checkpoints
+from .launch.notebook import notebook_launch
+from .callback.schedule import (SchedLin, SchedCos, SchedNo, SchedExp, SchedPoly, combine_scheds, combined_cos,
                               ParamScheduler, planned_steps)
-from .lr_find import LRFinder, SuggestionMethod, valley, slide, minimum, steep, plot_lr_find
-from .tracker import TerminateOnNaNCallback, TrackerCallback, EarlyStoppingCallback, SaveModelCallback
-from .loggers import CSVLogger, TensorBoardCallback
-from .clip import GradientClip
+from .callback.lr_find import LRFinder, SuggestionMethod, valley, slide, minimum, steep, plot_lr_find
+from .callback.tracker import TerminateOnNaNCallback, TrackerCallback, EarlyStoppingCallback, SaveModelCallback
+from .callback.loggers import CSVLogger, TensorBoardCallback
+from .callback.clip import GradientClip

@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import (DataLoader, IterableDataset, RandomSampler, SequentialSampler, BatchSampler,
                               TensorDataset, default_collate, get_worker_info)
-from .world import current_world, pg_initialized
-from .collectives import _comm_device
+from .runtime.world import current_world, pg_initialized
+from .runtime.collectives import _comm_device
 
 # %% auto #0
 __all__ = ['shard_idxs', 'DistributedDL', 'iter_shard', 'IterableShards']

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse, shlex, sys, time
 import torch
 import torch.distributed as dist
-from .world import World, detect_world
-from .group import default_backend, setup_distrib
+from .runtime.world import World, detect_world
+from .runtime.group import default_backend, setup_distrib
 
 # %% auto #0
 __all__ = ['local_device', 'describe', 'check', 'main']

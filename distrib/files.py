@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, re, socket, zipfile
 from pathlib import Path
 import torch
-from .group import ensure_distrib, rank0_only
+from .runtime.group import ensure_distrib, rank0_only
 
 # %% auto #0
 __all__ = ['remove_stale_temps', 'save_file', 'load_file', 'opt_type', 'check_opt_state', 'on_rank0']

@@ -10,16 +10,16 @@ from pathlib import Path
 import torch
 from torch import nn
 from fastcore.basics import listify
-from .world import current_world
-from .group import distrib_barrier, group_timeout
-from .liveness import long_phase
-from .waits import agree_cancel
+from .runtime.world import current_world
+from .runtime.group import distrib_barrier, group_timeout
+from .runtime.liveness import long_phase
+from .runtime.waits import agree_cancel
 from .files import save_file, load_file, check_opt_state, opt_type, on_rank0
-from .collectives import gather_in_order
+from .runtime.collectives import gather_in_order
 from .data import DistributedDL, IterableShards
 from .state import (is_sharded, full_model_state, full_opt_state, set_full_model_state, set_full_opt_state,
                            save_sharded, load_sharded)
-from .callback import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
+from .callback.core import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
 from .metrics import Metric, AvgMetric, AccumMetric
 from .recorder import Recorder, ProgressCallback, GatherPreds
@@ -111,7 +111,7 @@ class Learner:
         independent (bool): in a world of several processes, each rank trains and evaluates its own model on its
             own, deliberately (one run per rank). Default False: `fit` raises unless the Learner is distributed.
 
-    To train on many processes: `with learn.distrib_ctx(): learn.fit(n)` (`distrib.distributed`), launched with
+    To train on many processes: `with learn.distrib_ctx(): learn.fit(n)` (`distrib.strategies.ddp`), launched with
     `python -m distrib.launch script.py`. `learn.world` is the `World` a trainer set up, None otherwise.
     """
     def __init__(self, dls:DataLoaders, model:nn.Module, loss_func, opt_func=torch.optim.Adam, lr:float=1e-3,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from fastcore.basics import class2attr
-from .collectives import all_reduce_sum, gather_in_order
+from .runtime.collectives import all_reduce_sum, gather_in_order
 
 # %% auto #0
 __all__ = ['Metric', 'AvgMetric', 'AvgLoss', 'accuracy', 'AccumMetric']

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import sys, time
 from tqdm.auto import tqdm
-from .callback import Callback
+from .callback.core import Callback
 from .metrics import AvgLoss
 from .data import DistributedDL, IterableShards
 

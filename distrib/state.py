@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
-from .world import current_world, pg_initialized
-from .group import distrib_barrier
+from .runtime.world import current_world, pg_initialized
+from .runtime.group import distrib_barrier
 
 # %% auto #0
 __all__ = ['is_sharded', 'full_model_state', 'full_opt_state', 'set_full_model_state', 'set_full_opt_state', 'save_sharded',

@@ -5,7 +5,7 @@ detected; a preempted batch job is requeued from rank 0 and runs again. Several 
 import re, shlex, sys, time
 from pathlib import Path
 from conftest import ROOT, SCRIPTS, digits_numbers
-from distrib.clusters import job_port
+from distrib.runtime.clusters import job_port
 
 def _env(base:dict)->dict:
     "`base` with this interpreter's directory first on PATH (`python` in the job scripts) and one thread per process"

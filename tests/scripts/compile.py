@@ -25,7 +25,7 @@ def check(name, cond, figures=''):
 
 def new_model():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 9), nn.ReLU(), nn.Linear(9, 2))   # torch's own modules: see distrib.compiling
+    return nn.Sequential(nn.Linear(4, 9), nn.ReLU(), nn.Linear(9, 2))   # torch's own modules: see distrib.strategies.compiling
 
 def learner(model=None):
     dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True),     # 4 steps of 4 per rank

@@ -1,6 +1,6 @@
 """A script that ends on an uncaught exception after training, on `WHO` ('all' or a rank): the process group is
 destroyed at exit without a barrier, so no rank waits for peers that are gone, and the job ends at once.
-`python -m distrib.launch exit_after_error.py WHO` (or torchrun directly, without distrib.worker)."""
+`python -m distrib.launch exit_after_error.py WHO` (or torchrun directly, without distrib.launch.worker)."""
 import sys, time
 import torch
 import torch.distributed as dist

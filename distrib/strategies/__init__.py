@@ -1,0 +1,1 @@
+"""How a Learner trains on several devices or processes: DataParallel, DDP, FSDP, compiling, pre-flight checks."""
