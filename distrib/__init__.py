@@ -12,7 +12,8 @@ from .runtime.world import (World, WorldError, detect_world, current_world, rank
 from .runtime.clusters import expand_hostlist, requeue_slurm_job
 from .runtime.errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, in_collective, ErrorRecord,
                             record_error, Failure, root_failure)
-from .runtime.liveness import long_phase, liveness_timeout, DEFAULT_LIVENESS_TIMEOUT
+from .runtime.position import long_phase
+from .runtime.liveness import liveness_timeout, DEFAULT_LIVENESS_TIMEOUT
 from .runtime.group import (DEFAULT_TIMEOUT, default_backend, setup_distrib, ensure_distrib, teardown_distrib,
                            distrib_barrier, distrib_timeout, rank0_first)
 from .runtime.collectives import broadcast_object, all_reduce_mean, all_reduce_sum, gather_object, gather_in_order
@@ -25,12 +26,14 @@ from .metrics import Metric, AvgMetric, AvgLoss, AccumMetric, accuracy
 from .recorder import Recorder, ProgressCallback, GatherPreds
 from .state import (is_sharded, full_model_state, full_opt_state, set_full_model_state, set_full_opt_state,
                            save_sharded, load_sharded)
-from .learner import Learner, DataLoaders, unwrap_model
+from .saving import LearnerSaving, unwrap_model
+from .learner import Learner, DataLoaders
 from .strategies.dp import ParallelTrainer, ParallelModule
+from .strategies import context as _context  # attaches learn.distrib_ctx, to_distributed, detach_distributed
 from .strategies.ddp import DistributedTrainer, DistributedModule, convert_sync_batchnorm, revert_sync_batchnorm
 from .strategies.preflight import preflight_check, check_models, check_loader
 from .strategies.compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets
-from .strategies.fsdp import FSDPTrainer, shard_model, local_state_bytes, clip_grad_norm_
+from .strategies.fsdp import FSDPTrainer, shard_model, local_state_bytes
 from .callback.accumulate import GradientAccumulation, SYNC_STRATEGIES
 from .callback.fp16 import MixedPrecision
 from .callback.preemption import Preempted, StopSignals
@@ -41,4 +44,4 @@ from .callback.schedule import (SchedLin, SchedCos, SchedNo, SchedExp, SchedPoly
 from .callback.lr_find import LRFinder, SuggestionMethod, valley, slide, minimum, steep, plot_lr_find
 from .callback.tracker import TerminateOnNaNCallback, TrackerCallback, EarlyStoppingCallback, SaveModelCallback
 from .callback.loggers import CSVLogger, TensorBoardCallback
-from .callback.clip import GradientClip
+from .callback.clip import GradientClip, clip_grad_norm_

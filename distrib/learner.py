@@ -4,28 +4,25 @@
 
 # %% ../nbs/08_learner.ipynb #e21e3585
 from __future__ import annotations
-import sys, warnings
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 import torch
 from torch import nn
 from fastcore.basics import listify
 from .runtime.world import current_world
-from .runtime.group import distrib_barrier, group_timeout
-from .runtime.liveness import long_phase
+from .runtime.group import group_timeout
 from .runtime.waits import agree_cancel
-from .files import save_file, load_file, check_opt_state, opt_type, on_rank0
 from .runtime.collectives import gather_in_order
 from .data import DistributedDL, IterableShards
-from .state import (is_sharded, full_model_state, full_opt_state, set_full_model_state, set_full_opt_state,
-                           save_sharded, load_sharded)
 from .callback.core import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
-from .metrics import Metric, AvgMetric, AccumMetric
+from .metrics import Metric, AvgMetric
 from .recorder import Recorder, ProgressCallback, GatherPreds
+from .saving import LearnerSaving, _model_device
 
 # %% auto #0
-__all__ = ['DataLoaders', 'unwrap_model', 'Learner']
+__all__ = ['DataLoaders', 'Learner']
 
 # %% ../nbs/08_learner.ipynb #70401599
 class DataLoaders:
@@ -48,25 +45,6 @@ def _to_device(b, device:torch.device):
         return r if type(b) is list else type(b)(r)
     if isinstance(b, dict): return {k: _to_device(v, device) for k,v in b.items()}
     return b
-
-def _model_device(model)->torch.device:
-    "Device of `model`'s first parameter or buffer; CPU for a model with neither"
-    for t in model.parameters(): return t.device
-    for t in model.buffers(): return t.device
-    return torch.device('cpu')
-
-def _compiled(model)->bool:
-    "True for the wrapper that `torch.compile(model)` returns (`torch._dynamo`'s `OptimizedModule`)"
-    dynamo = sys.modules.get('torch._dynamo')  # not imported yet: nothing was compiled
-    return dynamo is not None and isinstance(model, dynamo.eval_frame.OptimizedModule)
-
-def unwrap_model(model:nn.Module)->nn.Module:
-    """`model` without its `DistributedDataParallel`/`DataParallel` wrappers (whose `.module` is the wrapped model)
-    and `torch.compile` wrappers (whose `._orig_mod` is the compiled model), however nested"""
-    while True:
-        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)): model = model.module
-        elif _compiled(model): model = model._orig_mod
-        else: return model
 
 # %% ../nbs/08_learner.ipynb #03fdbdfd
 def _n_batches(dl)->int|None:
@@ -95,7 +73,7 @@ def _no_targets(xb:tuple, i:int)->str:
 # each level's (before, after_cancel, after) event names, built once rather than formatted at every event
 _level_events = {e[7:]: (e, f'after_cancel_{e[7:]}', f'after_{e[7:]}') for e in events if e.startswith('before_')}
 
-class Learner:
+class Learner(LearnerSaving):
     """A callback-based training loop with fastai's signatures and event protocol.
 
     Args:
@@ -320,68 +298,3 @@ class Learner:
             preds = gather_in_order(preds, idxs[:len(preds)], gather=many)
             targs = gather_in_order(targs, idxs[:len(targs)], gather=many)
         return preds, targs
-
-    def _file(self, name:str)->Path: return self.path/self.model_dir/f'{name}.pth'
-
-    def model_state(self, with_opt:bool=True)->dict:
-        """What `save` and `Checkpoint` write of the model and optimizer, gathered in this one place: `{'model': the
-        unwrapped model's state_dict, 'opt': the optimizer's, 'opt_type': its class}`, without the optimizer when
-        `with_opt` is False or there is none. Every rank calls it: for DDP every rank holds the whole state; a sharded
-        model's (FSDP) shards are gathered to CPU tensors on rank 0 (`distrib.state.full_model_state`, a collective)
-        and the other ranks get empty dicts."""
-        model = unwrap_model(self.model)
-        state = {'model': full_model_state(model)}
-        if with_opt and self.opt is not None:
-            state.update(opt=full_opt_state(model, self.opt), opt_type=opt_type(self.opt))
-        return state
-
-    def load_model_state(self, state:dict, with_opt:bool=True, strict:bool=True, file=None):
-        """Load `state` (as `model_state` returns it, whole on every rank) into the model and, with `with_opt` and
-        when it has one, the optimizer (created if needed); a sharded model keeps its shards of it. `file` names its
-        origin in errors. Raises `TypeError` naming both classes, before loading anything, when the optimizer state
-        is another optimizer class's, and what `load_state_dict` raises for another model."""
-        model = unwrap_model(self.model)
-        if with_opt and 'opt' in state:
-            if self.opt is None: self.create_opt()
-            check_opt_state(self.opt, state, file)
-        set_full_model_state(model, state['model'], strict=strict)
-        if with_opt and 'opt' in state: set_full_opt_state(model, self.opt, state['opt'])
-        return self
-
-    def save(self, name:str, with_opt:bool=True, sharded:bool=False)->Path:
-        """Save model (and optimizer) state to `path/model_dir/<name>.pth` on rank 0, atomically (`save_file`: a
-        temporary file renamed into place; a full disk leaves the previous file and no temporary file). A sharded
-        model (FSDP) is gathered to rank 0 first: the file is the one the same model saves in one process. Every rank
-        returns once the file is complete, and raises if rank 0 could not write it. With `sharded=True`, every rank
-        writes its shards to the directory `path/model_dir/<name>` instead (`distrib.state.save_sharded`). With
-        `independent=True`, every rank writes its own file, without waiting. Returns the file's (or directory's)
-        path; raises `OSError` naming the file when a write fails and `ValueError` for `sharded=True` with
-        `independent=True`."""
-        if sharded:
-            if self.independent: raise ValueError("save(sharded=True) writes one checkpoint from every rank together; "
-                                                  "an independent Learner saves whole files (sharded=False)")
-            return save_sharded(self.path/self.model_dir/name, unwrap_model(self.model), self.opt if with_opt else None)
-        file, state = self._file(name), self.model_state(with_opt)
-        if self.independent: save_file(state, file)
-        else: on_rank0(lambda: save_file(state, file), f"save {file}")
-        return file
-
-    def load(self, name:str, with_opt:bool=True, strict:bool=True):
-        """Load what `save` wrote under `name` on every rank, once rank 0 finished writing it (with
-        `independent=True`, on this rank at once): the file `path/model_dir/<name>.pth`, or the sharded checkpoint
-        directory `path/model_dir/<name>` (`save(sharded=True)`, read with `distrib.state.load_sharded` whatever the
-        world size that wrote it). A sharded model takes its shards of either. Raises `ValueError` when both exist,
-        `FileNotFoundError` or `EOFError` naming a missing or incomplete file, and `TypeError` naming both classes
-        for the state of another optimizer."""
-        if not self.independent: distrib_barrier("Learner.load's barrier")
-        file, folder, model = self._file(name), self.path/self.model_dir/name, unwrap_model(self.model)
-        if folder.is_dir():
-            if file.exists(): raise ValueError(f"Both {file} (saved whole) and {folder} (saved sharded) exist: remove "
-                                               "or rename one of them")
-            if with_opt and self.opt is None: self.create_opt()
-            load_sharded(folder, model, self.opt if with_opt else None, strict=strict)
-            return self
-        sharded = is_sharded(model)  # every rank maps the file and keeps its shards
-        state = load_file(file, map_location='cpu' if sharded else _model_device(self.model), mmap=sharded)
-        self.load_model_state(state, with_opt, strict, file)
-        return self

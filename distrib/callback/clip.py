@@ -6,17 +6,56 @@
 from __future__ import annotations
 import math
 import torch
-from torch import nn
+import torch.distributed as dist
+from ..state import _sharding_types
 from .core import Callback
-from ..strategies.fsdp import clip_grad_norm_
 
 # %% auto #0
-__all__ = ['GradientClip']
+__all__ = ['clip_grad_norm_', 'GradientClip']
+
+# %% ../../nbs/19_clip.ipynb #e45dbd77
+@torch.no_grad()
+def clip_grad_norm_(parameters,                 # parameters (or one tensor) whose `.grad` are clipped in place
+                    max_norm:float,             # the largest total norm kept
+                    norm_type:float=2.0,        # the norm's p; `float('inf')` for the largest absolute value
+                    error_if_nonfinite:bool=False, # raise when the total norm is inf or NaN
+                   )->torch.Tensor:             # the total norm of the gradients before clipping, a 0-d tensor
+    """Scale the gradients of `parameters` so that their total `norm_type`-norm is at most `max_norm`, as
+    `torch.nn.utils.clip_grad_norm_` (whose rule it follows: coefficient `max_norm/(norm + 1e-6)`, at most 1), also
+    when they are sharded across ranks (FSDP's `DTensor` gradients, empty shards included): the norm is over the
+    whole gradients, the same on every rank. Raises `RuntimeError` for a non-finite norm with
+    `error_if_nonfinite`."""
+    ps = [parameters] if torch.is_tensor(parameters) else list(parameters)
+    grads = [p.grad for p in ps if p.grad is not None]
+    DTensor = _sharding_types()[1]   # None until torch.distributed.tensor is imported: nothing is sharded
+    sharded = [DTensor is not None and isinstance(g, DTensor) for g in grads]
+    if not any(sharded): return torch.nn.utils.clip_grad_norm_(ps, max_norm, norm_type, error_if_nonfinite)
+    norm_type = float(norm_type)
+    group = grads[sharded.index(True)].device_mesh.get_group()
+    parts = [(g.to_local() if s else g, s) for g, s in zip(grads, sharded)]
+    device = parts[0][0].device
+    if math.isinf(norm_type):
+        total = torch.stack([l.abs().max().float() for l, _ in parts if l.numel()] + [torch.zeros((), device=device)])
+        total = total.max()
+        dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
+    else:
+        def psum(sharded): return sum((l.float().abs().pow(norm_type).sum() for l, s in parts if s == sharded),
+                                      torch.zeros((), device=device))
+        shards = psum(True)
+        dist.all_reduce(shards, group=group)  # the shards' sums; a whole gradient counts once
+        total = (shards + psum(False)) ** (1/norm_type)
+    if error_if_nonfinite and not torch.isfinite(total):
+        raise RuntimeError(f"The total norm of order {norm_type} of the gradients is non-finite ({total.item()}), so "
+                           "it cannot be clipped; pass error_if_nonfinite=False to skip this check")
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for l, _ in parts: l.mul_(coef.to(l.dtype))
+    return total
 
 # %% ../../nbs/19_clip.ipynb #f6fb01a8
 class GradientClip(Callback):
     """Clip the total norm of the model's gradients to `max_norm` before each optimizer step (fastai's `GradientClip`,
-    `torch.nn.utils.clip_grad_norm_`; FSDP's sharded gradients by their whole norm, `distrib.strategies.fsdp.clip_grad_norm_`).
+    `torch.nn.utils.clip_grad_norm_`; FSDP's sharded gradients by their whole norm,
+    with `clip_grad_norm_` of this module).
 
     Args:
         max_norm (float): largest total norm, > 0. Default 1.

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import torch
 from .core import Callback, CancelStepException
-from ..learner import _model_device
+from ..saving import _model_device
 
 # %% auto #0
 __all__ = ['MixedPrecision']

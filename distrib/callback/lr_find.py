@@ -14,7 +14,8 @@ from .core import CancelFitException, CancelValidException
 from ..runtime.collectives import all_reduce_sum
 from ..data import DistributedDL
 from ..metrics import _find_bs
-from ..learner import Learner, unwrap_model
+from ..learner import Learner
+from ..saving import unwrap_model
 from .schedule import ParamScheduler, SchedExp, planned_steps
 
 # %% auto #0

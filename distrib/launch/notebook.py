@@ -140,7 +140,7 @@ def notebook_launch(fn,                      # the function each worker runs: fn
     if method == 'fork': _warm_imports()
     sigterm = signal.getsignal(signal.SIGTERM)  # elastic's agent replaces it and does not put it back
     signals = os.environ.get('TORCHELASTIC_SIGNALS_TO_HANDLE')  # elastic_launch sets it and leaves it set
-    from distrib.launch.cli import localhost_store  # here: `python -m distrib.launch` must not find it imported by distrib
+    from distrib.launch.run import localhost_store  # here: `import distrib` need not import torchrun's engine
     gc.collect()  # the stores of earlier calls that a traceback kept: destroyed here, not in a worker (it would hang)
     store = localhost_store(what='notebook_launch: the store port')
     with tempfile.TemporaryDirectory(prefix='notebook_launch_') as d:

@@ -72,7 +72,7 @@ def run_script(argv:list, # `[script.py, *args]`, or `['-m', module, *args]`
         report_failure(KeyboardInterrupt(msg), tb_text=''.join(traceback.format_tb(_script_tb(e.__traceback__))))
         print(f"distrib.launch.worker: rank {current_world().rank} {msg}", file=sys.stderr)
         sys.exit(code)
-    except Exception as e:
+    except Exception as e:  # the script's failure: reported, explained, and ended with exit code 1 (sys.exit)
         code = 1
         skip_exit_barrier()  # the exit's teardown must not wait in a barrier for peers that may never come
         e = e.with_traceback(_script_tb(e.__traceback__))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from .group import ensure_distrib
-from .liveness import doing
+from .position import doing
 
 # %% auto #0
 __all__ = ['broadcast_object', 'all_reduce_sum', 'all_reduce_mean', 'gather_object', 'gather_in_order']

@@ -114,7 +114,7 @@ class ErrorRecord:
         traceback; `position` and `seq` as in the class's arguments"""
         if tb_text is None: tb_text = ''.join(traceback.format_exception(type(e), e, e.__traceback__))
         try: exc = pickle.dumps(e); pickle.loads(exc)
-        except Exception: exc = None
+        except Exception: exc = None  # an exception that does not pickle: the record keeps its type and text only
         return cls(current_world().rank if rank is None else rank, type(e).__name__, str(e), tb_text, time.time(), exc,
                    seq, failure_kind(e), in_collective(e), position, getattr(e, 'blame', None) or None)
 

@@ -10,7 +10,8 @@ import torch
 import torch.distributed as dist
 from .world import World, WorldError, current_world, pg_initialized
 from .errors import PeerFailedError
-from .liveness import start_liveness, set_group_state, doing, long_phase, running as liveness_running
+from .position import doing, long_phase
+from .liveness import start_liveness, set_group_state, running as liveness_running
 from .waits import store_barrier, announce, wait_for
 
 # %% auto #0
@@ -80,7 +81,7 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
         with doing('setup', 'init_process_group'):
             store, rank, size = next(dist.rendezvous(_init_method(world), rank=world.rank,
                                                      world_size=world.world_size, timeout=timeout))
-            start_liveness(world)  # the store exists now (rank 0 may host it): a no-op when distrib.launch.worker started it
+            start_liveness(world)  # the store exists now (rank 0 may host it); a no-op if the worker started it
             store.set_timeout(timeout)
             _State.n_groups += 1
             store = dist.PrefixStore(f'distrib/{world.restart_count}/{_State.n_groups}', store)
@@ -167,7 +168,7 @@ class _Exit:
     failed = False
 
 def skip_exit_barrier():
-    "Make the teardown at interpreter exit skip its barrier: this process is ending on an error (`distrib.launch.worker`)"
+    "Make the teardown at interpreter exit skip its barrier: this process is ending on an error (the worker's)"
     _Exit.failed = True
 
 def _teardown_at_exit():
@@ -175,18 +176,18 @@ def _teardown_at_exit():
     if not pg_initialized(): return
     failed = _Exit.failed or getattr(sys, 'last_value', None) is not None
     try: teardown_distrib(barrier=not failed, name='the exit')
-    except Exception as e:
+    except Exception as e:  # at interpreter exit there is no caller to raise to: say so, then destroy the group
         print(f"distrib: rank {dist.get_rank()}: the barrier at exit failed ({type(e).__name__}: "
               f"{str(e).splitlines()[0] if str(e) else ''}); destroying the process group without it", file=sys.stderr)
         try: dist.destroy_process_group()
-        except Exception: pass
+        except Exception: pass  # exiting anyway: a group that cannot be destroyed dies with the process
 
 # %% ../../nbs/02_group.ipynb #7a9c5046
 def _rank0_status(phase:str, func)->tuple:
     "Rank 0's part: `(result, status)` of `func()` run in `long_phase(phase)`; status None or 'Type: message'"
     try:
         with long_phase(phase): return func(), None
-    except BaseException as e: return e, f"{type(e).__name__}: {e}"
+    except BaseException as e: return e, f"{type(e).__name__}: {e}"  # not swallowed: rank0_first raises it
 
 def rank0_only(func,      # called with no argument, on rank 0
                what:str,  # what it does, in words, after 'could not': 'save models/model.pth'

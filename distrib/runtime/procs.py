@@ -48,7 +48,7 @@ def exit_now(code:int, line:str|None=None):
     def flush():
         for f in (sys.stdout, sys.stderr):
             try: f.flush()
-            except Exception: pass
+            except Exception: pass  # a closed or broken stream: the process ends anyway
     t = threading.Thread(target=flush, daemon=True); t.start(); t.join(0.5)
     os._exit(code)
 

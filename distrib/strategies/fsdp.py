@@ -4,15 +4,16 @@
 
 # %% ../../nbs/10d_fsdp.ipynb #91ba92d4
 from __future__ import annotations
-import copy, math, warnings
+import copy, warnings
 import torch
 import torch.distributed as dist
 from torch import nn
 from ..runtime.group import _handling_exception
-from ..learner import _model_device
+from ..saving import _model_device
 from ..state import set_full_model_state, set_full_opt_state, _sharding_types
 from ..callback.fp16 import MixedPrecision, _DTYPES, _default_dtype
-from .ddp import DistributedTrainer, _STRATEGIES
+from .ddp import DistributedTrainer
+from .context import _STRATEGIES
 from .preflight import check_models, check_loader
 
 def _fsdp2():
@@ -30,7 +31,7 @@ def _is_dtensor(t)->bool:
     return DTensor is not None and isinstance(t, DTensor)
 
 # %% auto #0
-__all__ = ['shard_model', 'FSDPTrainer', 'local_state_bytes', 'clip_grad_norm_']
+__all__ = ['shard_model', 'FSDPTrainer', 'local_state_bytes']
 
 # %% ../../nbs/10d_fsdp.ipynb #b8a05c26
 def _check_fsdp():
@@ -259,40 +260,3 @@ def local_state_bytes(model:nn.Module, opt:torch.optim.Optimizer|None=None)->dic
             'grads': sum(_local(p.grad).nbytes for p in ps if p.grad is not None),
             'optimizer': 0 if opt is None else sum(_local(v).nbytes for s in opt.state.values() for v in s.values()
                                                    if torch.is_tensor(v))}
-
-# %% ../../nbs/10d_fsdp.ipynb #e45dbd77
-@torch.no_grad()
-def clip_grad_norm_(parameters,                 # parameters (or one tensor) whose `.grad` are clipped in place
-                    max_norm:float,             # the largest total norm kept
-                    norm_type:float=2.0,        # the norm's p; `float('inf')` for the largest absolute value
-                    error_if_nonfinite:bool=False, # raise when the total norm is inf or NaN
-                   )->torch.Tensor:             # the total norm of the gradients before clipping, a 0-d tensor
-    """Scale the gradients of `parameters` so that their total `norm_type`-norm is at most `max_norm`, as
-    `torch.nn.utils.clip_grad_norm_` (whose rule it follows: coefficient `max_norm/(norm + 1e-6)`, at most 1), also
-    when they are sharded across ranks (FSDP's `DTensor` gradients, empty shards included): the norm is over the
-    whole gradients, the same on every rank. Raises `RuntimeError` for a non-finite norm with
-    `error_if_nonfinite`."""
-    ps = [parameters] if torch.is_tensor(parameters) else list(parameters)
-    grads = [p.grad for p in ps if p.grad is not None]
-    sharded = [_is_dtensor(g) for g in grads]
-    if not any(sharded): return torch.nn.utils.clip_grad_norm_(ps, max_norm, norm_type, error_if_nonfinite)
-    norm_type = float(norm_type)
-    group = grads[sharded.index(True)].device_mesh.get_group()
-    parts = [(g.to_local() if s else g, s) for g, s in zip(grads, sharded)]
-    device = parts[0][0].device
-    if math.isinf(norm_type):
-        total = torch.stack([l.abs().max().float() for l, _ in parts if l.numel()] + [torch.zeros((), device=device)])
-        total = total.max()
-        dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
-    else:
-        def psum(sharded): return sum((l.float().abs().pow(norm_type).sum() for l, s in parts if s == sharded),
-                                      torch.zeros((), device=device))
-        shards = psum(True)
-        dist.all_reduce(shards, group=group)  # the shards' sums; a whole gradient counts once
-        total = (shards + psum(False)) ** (1/norm_type)
-    if error_if_nonfinite and not torch.isfinite(total):
-        raise RuntimeError(f"The total norm of order {norm_type} of the gradients is non-finite ({total.item()}), so "
-                           "it cannot be clipped; pass error_if_nonfinite=False to skip this check")
-    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-    for l, _ in parts: l.mul_(coef.to(l.dtype))
-    return total

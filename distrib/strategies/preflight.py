@@ -10,9 +10,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import RandomSampler
 from ..runtime.world import pg_initialized
-from ..runtime.liveness import doing
+from ..runtime.position import doing
 from ..data import DistributedDL
-from ..learner import Learner, _model_device, unwrap_model
+from ..learner import Learner
+from ..saving import _model_device, unwrap_model
 
 # %% auto #0
 __all__ = ['preflight_check', 'check_models', 'check_loader']
