@@ -1,7 +1,9 @@
-"""How much distrib's loop costs against hand-written ones: CPU, gloo, 1 thread per process.
+"""How much distrib's loop costs against hand-written ones: CPU, gloo, 1 thread per process (or a GPU).
 
     python bench/overhead.py            # from the repository root: a table, then one JSON line (about 2 minutes)
     python bench/overhead.py --reps 15 --sections ddp,single   # a subset, more repetitions
+    python bench/overhead.py --device cuda   # on a GPU: ddp1 (one NCCL rank), ddp2 (two processes sharing GPU 0
+                                             # over gloo, or one GPU each over NCCL when there are two), single
 
 On a shared machine the speed drifts by 10-30 % over seconds, far more than the few percent to be measured; so A
 and B are measured side by side. ddp, single: the two loops run in lockstep in the same process(es), taking turns
@@ -29,6 +31,11 @@ On the Learner side the progress bar is drawn (to a sink that says it is a termi
 - data: iterating rank 0's shard (W=2, batch 64, shuffle) of the training set, 4 epochs: `DistributedDL` vs
   `DataLoader` + `DistributedSampler`, with num_workers 0 and 2 (persistent workers: worker start-up not timed).
   Both must give the same batches (checked).
+
+With `--device cuda` the model, the batches and the all-reduced sums are on the GPU (`cuda:<local rank>`, or
+GPU 0 for every rank when there are fewer GPUs than ranks, over gloo then, since NCCL takes one GPU per rank); each
+switch of turns synchronizes the GPU, so that neither side is timed for the other's queued kernels; the sections
+are ddp1 (W=1, NCCL), ddp2 (W=2) and single; dispatch and data measure the CPU and are not run.
 
 The machine should be otherwise idle: check `uptime` (the load is printed in the table's title).
 """
@@ -69,22 +76,25 @@ def make_model():
 # ---------------------------------------------------------------------------------------------------------------
 # The hand-written loops (A)
 
-def raw_fit(model, train_dl, valid_dl, train_sampler=None, every=0):
+def raw_fit(model, train_dl, valid_dl, train_sampler=None, every=0, device=None):
     """A plain training loop, written as a generator: `EPOCHS` epochs of Adam steps, each followed by a validation
     pass computing loss and accuracy; the sums are all-reduced when a process group exists. `model` may be
     DDP-wrapped (validation then runs its `.module`, as the Learner does). It pauses (yields) after every `every`-th
     batch, training and validation alike (never when `every` is 0), so that another loop can take turns with it
     (`Turns`). Its return value (`StopIteration.value`) is `[train_loss, valid_loss, accuracy]` of the last epoch.
-    Sums are Python floats from `.item()`: on CPU the cheapest way (no device to wait for), as the Learner does."""
+    Sums are Python floats from `.item()`: on CPU the cheapest way (no device to wait for), as the Learner does.
+    With `device` (a GPU), each batch is moved there first, and the sums are all-reduced there under NCCL."""
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     plain = getattr(model, 'module', model)
     ddp = dist.is_initialized()
+    on = device if ddp and device is not None and dist.get_backend() == 'nccl' else None  # where the sums go
     n = 0
     for epoch in range(EPOCHS):
         if train_sampler is not None: train_sampler.set_epoch(epoch)
         model.train()
         tl, tn = 0., 0
         for x, y in train_dl:
+            if device is not None: x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
@@ -93,11 +103,12 @@ def raw_fit(model, train_dl, valid_dl, train_sampler=None, every=0):
             n += 1
             if n == every: n = 0; yield
         if ddp:
-            t = torch.tensor([tl, tn], dtype=torch.float64); dist.all_reduce(t); tl, tn = t.tolist()
+            t = torch.tensor([tl, tn], dtype=torch.float64, device=on); dist.all_reduce(t); tl, tn = t.tolist()
         plain.eval()
         vl, vc, vn = 0., 0., 0
         with torch.no_grad():
             for x, y in valid_dl:
+                if device is not None: x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 out = plain(x)
                 vl += F.cross_entropy(out, y).item()*len(y)
                 vc += (out.argmax(-1) == y).sum().item()
@@ -105,7 +116,7 @@ def raw_fit(model, train_dl, valid_dl, train_sampler=None, every=0):
                 n += 1
                 if n == every: n = 0; yield
         if ddp:
-            t = torch.tensor([vl, vc, vn], dtype=torch.float64); dist.all_reduce(t); vl, vc, vn = t.tolist()
+            t = torch.tensor([vl, vc, vn], dtype=torch.float64, device=on); dist.all_reduce(t); vl, vc, vn = t.tolist()
         res = [tl/tn, vl/vn, vc/vn]
     return res
 
@@ -206,43 +217,60 @@ def _drawn(f):
     "`f()` with `sys.stderr` a `_Terminal`, so tqdm draws the bar (it switches itself off when stderr is not a terminal)"
     with contextlib.redirect_stderr(_Terminal()): return f()
 
-def worker_ddp(reps:int, every:int):
+def gpu_for_rank(local_rank:int, world_size:int)->tuple:
+    """`(device, backend)` of a rank on this machine's GPUs: its own GPU over NCCL when there is one per rank, else
+    GPU 0, shared, over gloo (NCCL refuses two ranks on one GPU)"""
+    n = torch.cuda.device_count()
+    return (torch.device('cuda', local_rank), 'nccl') if world_size <= n else (torch.device('cuda', 0), 'gloo')
+
+def worker_ddp(reps:int, every:int, cuda:bool=False):
     "One launched job: lockstep pairs of the raw DDP loop (A) and Learner + distrib_ctx (B); rank 0 returns the figures"
-    from distrib import Learner, DataLoaders, accuracy, setup_distrib
+    from distrib import Learner, DataLoaders, accuracy, setup_distrib, current_world
     torch.set_num_threads(1)
-    setup_distrib(timeout=120)  # kept for every pair: distrib_ctx then only wraps and unwraps
+    w = current_world()
+    device, backend = gpu_for_rank(w.local_rank, w.world_size) if cuda else (None, 'gloo')
+    if cuda: torch.cuda.set_device(device)
+    setup_distrib(backend=backend, timeout=120)  # kept for every pair: distrib_ctx then only wraps and unwraps
+    def sync():
+        if cuda: torch.cuda.synchronize()
+        dist.barrier()
     (train_a, valid_a), (train_b, valid_b) = make_data(), make_data()  # see worker_single
     def pair(lead):
-        ddp = nn.parallel.DistributedDataParallel(make_model())
+        ddp = nn.parallel.DistributedDataParallel(make_model().to(device), device_ids=[device] if cuda else None)
         ts = DistributedSampler(train_a, shuffle=True, seed=0)
         loop = raw_fit(ddp, DataLoader(train_a, batch_size=BS, sampler=ts),
-                       DataLoader(valid_a, batch_size=BS, sampler=DistributedSampler(valid_a, shuffle=False)), ts, every)
+                       DataLoader(valid_a, batch_size=BS, sampler=DistributedSampler(valid_a, shuffle=False)), ts, every,
+                       device)
         dls = DataLoaders(DataLoader(train_b, batch_size=BS, shuffle=True), DataLoader(valid_b, batch_size=BS))
         learn = Learner(dls, make_model(), F.cross_entropy, metrics=accuracy)
         learn.logger = noop  # the epoch table would interleave with ours
-        with learn.distrib_ctx(): t_a, t_b, res_a, res_b = lockstep(learn, loop, every, lead, dist.barrier)
-        t = torch.tensor([t_a, t_b], dtype=torch.float64)
+        with learn.distrib_ctx(device=device):
+            t_a, t_b, res_a, res_b = lockstep(learn, loop, every, lead, sync)
+        t = torch.tensor([t_a, t_b], dtype=torch.float64, device=device if backend == 'nccl' else None)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's time
         del loop, ddp
         gc.collect()  # free the DDP reducer now, as distrib_ctx does on exit (untimed)
         return *t.tolist(), res_a, res_b
-    out = _pairs(pair, reps, EPOCHS * (N_TRAIN // (W*BS)))
+    out = _pairs(pair, reps, EPOCHS * (N_TRAIN // (w.world_size*BS)))
     dist.barrier()  # no collective in flight when the group goes: gloo may abort otherwise (pytorch#56297)
     dist.destroy_process_group()
     return out if int(os.environ.get('RANK', 0)) == 0 else None
 
-def worker_single(reps:int, every:int):
-    "Lockstep pairs of the plain loop (A) and `Learner.fit` (B) in this process"
+def worker_single(reps:int, every:int, cuda:bool=False):
+    "Lockstep pairs of the plain loop (A) and `Learner.fit` (B) in this process (on GPU 0 with `cuda`)"
     from distrib import Learner, DataLoaders, accuracy
     torch.set_num_threads(1)
+    device = torch.device('cuda', 0) if cuda else None
+    sync = torch.cuda.synchronize if cuda else noop
     # Each side reads its own copy of the data: the same samples in the same order, but a batch one side just read is
     # not in the cache for the other
     data = dict(a=make_data(), b=make_data())
     def pair(lead):
-        loop = raw_fit(make_model(), *seeded_loaders(*data['a']), every=every)
-        learn = Learner(DataLoaders(*seeded_loaders(*data['b'])), make_model(), F.cross_entropy, metrics=accuracy)
+        loop = raw_fit(make_model().to(device), *seeded_loaders(*data['a']), every=every, device=device)
+        learn = Learner(DataLoaders(*seeded_loaders(*data['b'])), make_model().to(device), F.cross_entropy,
+                        metrics=accuracy)
         learn.logger = noop
-        return lockstep(learn, loop, every, lead)
+        return lockstep(learn, loop, every, lead, sync)
     return _pairs(pair, reps, EPOCHS * (N_TRAIN // BS))
 
 def worker_dispatch(reps, runs, n=20_000):
@@ -319,48 +347,66 @@ def _job(args, out, timeout=600):
     _run([sys.executable, __file__, '--out', out, *args], timeout)
     return json.loads(Path(out).read_text())
 
-def bench_ddp(reps:int, every:int, tmp)->dict:
-    "One `python -m distrib.launch` job of W processes running the DDP lockstep pairs"
+def bench_ddp(reps:int, every:int, tmp, world_size:int=W, device:str='cpu')->dict:
+    "One `python -m distrib.launch` job of `world_size` processes running the DDP lockstep pairs"
     f = Path(tmp)/'ddp.json'
-    _run([sys.executable, '-m', 'distrib.launch', '--nproc_per_node', str(W), __file__, '--out', str(f),
-          '--worker', 'ddp', '--reps', str(reps), '--every', str(every)], 900)
+    _run([sys.executable, '-m', 'distrib.launch', '--nproc_per_node', str(world_size), __file__, '--out', str(f),
+          '--worker', 'ddp', '--reps', str(reps), '--every', str(every), '--device', device], 900)
     return json.loads(f.read_text())
+
+def needs_cuda(script:str, device:str):
+    "Exit with code 2 and one line when `device` is 'cuda' and torch sees no GPU"
+    if device == 'cuda' and not torch.cuda.is_available():
+        print(f"{script}: --device cuda needs a CUDA GPU, and torch {torch.__version__} sees none here "
+              f"(torch.cuda.is_available() is False); run it on a GPU machine, or without --device cuda", file=sys.stderr)
+        sys.exit(2)
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--reps', type=int, default=9, help='A/B repetitions per comparison (>= 3)')
     p.add_argument('--every', type=int, default=1, help='ddp, single: batches per turn of each side')
     p.add_argument('--runs', type=int, default=3, help='dispatch, data: timed runs per repetition (median taken)')
-    p.add_argument('--sections', default='ddp,single,dispatch,data', help='comma-separated subset to run')
+    p.add_argument('--sections', default=None,
+                   help='comma-separated subset to run (default: ddp,single,dispatch,data; with cuda: ddp1,ddp2,single)')
+    p.add_argument('--device', default='cpu', choices=['cpu', 'cuda'], help='where the ddp and single sections train')
     p.add_argument('--worker', help=argparse.SUPPRESS)
     p.add_argument('--nw', type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument('--out', help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
-        res = dict(ddp=lambda: worker_ddp(a.reps, a.every), single=lambda: worker_single(a.reps, a.every),
+        cuda = a.device == 'cuda'
+        res = dict(ddp=lambda: worker_ddp(a.reps, a.every, cuda), single=lambda: worker_single(a.reps, a.every, cuda),
                    dispatch=lambda: worker_dispatch(a.reps, a.runs), data=lambda: worker_data(a.reps, a.runs, a.nw))[a.worker]()
         if res is not None: Path(a.out).write_text(json.dumps(res))
         return
+    needs_cuda('bench/overhead.py', a.device)
     if a.reps < 3: p.error('--reps must be >= 3')
     if a.every < 1 or a.runs < 1: p.error('--every and --runs must be >= 1')
-    sections = a.sections.split(',')
+    cuda = a.device == 'cuda'
+    sections = (a.sections or ('ddp1,ddp2,single' if cuda else 'ddp,single,dispatch,data')).split(',')
+    if cuda and set(sections) & {'dispatch', 'data'}: p.error('dispatch and data measure the CPU: run them without --device cuda')
     load0, t0 = os.getloadavg()[0], time.time()
     figs = {}
     with tempfile.TemporaryDirectory() as tmp:
-        def job(*args): return _job([*args, '--reps', str(a.reps), '--runs', str(a.runs), '--every', str(a.every)],
-                                    str(Path(tmp)/'out.json'))
+        def job(*args): return _job([*args, '--reps', str(a.reps), '--runs', str(a.runs), '--every', str(a.every),
+                                     '--device', a.device], str(Path(tmp)/'out.json'))
         if 'ddp' in sections: figs['ddp'] = bench_ddp(a.reps, a.every, tmp)
+        for n in (1, 2):
+            if f'ddp{n}' in sections: figs[f'ddp{n}'] = bench_ddp(a.reps, a.every, tmp, n, a.device)
         if 'single' in sections: figs['single'] = job('--worker', 'single')
         if 'dispatch' in sections: figs['dispatch'] = job('--worker', 'dispatch')
         if 'data' in sections:
             for nw in (0, 2): figs[f'data_nw{nw}'] = job('--worker', 'data', '--nw', str(nw))
     summary, ok = {}, True
     names = dict(ddp=('DDP W=2, steps/s', 'raw DDP loop', 'Learner+distrib_ctx'),
+                 ddp1=('GPU, DDP W=1, steps/s', 'raw DDP loop', 'Learner+distrib_ctx'),
+                 ddp2=('GPU, DDP W=2, steps/s', 'raw DDP loop', 'Learner+distrib_ctx'),
                  single=('1 process, steps/s', 'plain loop', 'Learner.fit'),
                  data_nw0=('data nw=0, batches/s', 'DataLoader+DistributedSampler', 'DistributedDL'),
                  data_nw2=('data nw=2, batches/s', 'DataLoader+DistributedSampler', 'DistributedDL'),
                  dispatch=('dispatch, us/batch', 'plain no-op loop', 'Learner no-op fit'))
-    print(f"\ndistrib overhead: torch {torch.__version__}, {os.cpu_count()} CPUs, {a.reps} repetitions (ddp, single: "
+    gpu = f", {torch.cuda.get_device_name(0)} ({torch.cuda.device_count()} GPUs)" if cuda else ''
+    print(f"\ndistrib overhead: torch {torch.__version__}{gpu}, {os.cpu_count()} CPUs, {a.reps} repetitions (ddp, single: "
           f"lockstep pairs, {a.every} batch(es) a turn; dispatch, data: {a.runs} runs a side each), "
           f"load {load0:.2f} -> {os.getloadavg()[0]:.2f} (1-min average), {time.time()-t0:.0f} s")
     print(f"{'comparison':<22} {'A':<30} {'A median':>9} {'B':<20} {'B median':>9} {'B/A':>8} {'med/med':>8} {'target':>10}")
@@ -374,14 +420,15 @@ def main():
             shown = f"{val:+.1f}us", f"{of_medians:+.1f}us"
         else:
             val, of_medians = statistics.median(b/a for a, b in zip(ra, rb)), mb/ma
-            target, good = f">= {TARGETS[k]:.2f}", val >= TARGETS[k]
+            t = TARGETS['ddp' if k.startswith('ddp') else k]
+            target, good = f">= {t:.2f}", val >= t
             shown = f"{val:.3f}", f"{of_medians:.3f}"
         ok &= good
         print(f"{title:<22} {na:<30} {ma:>9.1f} {nb:<20} {mb:>9.1f} {shown[0]:>8} {shown[1]:>8} {target:>10} {'ok' if good else 'MISSED'}")
         summary[k] = dict(a=ma, b=mb, a_reps=ra, b_reps=rb, met=good,
                           **({'overhead_us': val, 'overhead_of_medians_us': of_medians} if k == 'dispatch'
                              else {'ratio': val, 'ratio_of_medians': of_medians}))
-    for k in ('ddp', 'single'):
+    for k in ('ddp', 'ddp1', 'ddp2', 'single'):
         if k in figs:
             ra, rb, diff = figs[k]['results']['a'], figs[k]['results']['b'], figs[k]['max_result_diff']
             same = diff < 1e-4  # over every pair
@@ -392,7 +439,8 @@ def main():
     for k in ('data_nw0', 'data_nw2'):
         if k in figs:
             summary[k]['same_batches'] = figs[k]['same_batches']; ok &= figs[k]['same_batches']
-    print(json.dumps(dict(torch=torch.__version__, cpus=os.cpu_count(), reps=a.reps, every=a.every, runs=a.runs, load_start=load0,
+    print(json.dumps(dict(torch=torch.__version__, device=a.device, gpu=torch.cuda.get_device_name(0) if cuda else None,
+                          cpus=os.cpu_count(), reps=a.reps, every=a.every, runs=a.runs, load_start=load0,
                           load_end=os.getloadavg()[0], all_met=ok, **summary)))
 
 if __name__ == '__main__': main()

@@ -1,7 +1,8 @@
 """DDP against FSDP, each eager and compiled: speed and memory per rank on a ~50M-parameter MLP.
 
     python bench/strategies.py                       # from the repository root: CPU, gloo, W=2 (a few minutes)
-    python bench/strategies.py --device cuda         # one GPU per rank, NCCL
+    python bench/strategies.py --device cuda         # one GPU per rank, NCCL (--ranks: at most the GPUs; default 2,
+                                                     # or 1 on a machine with one GPU)
     python bench/strategies.py --hidden 64 --layers 2 --steps 4 --warmup 1 --batch 2   # a quick check
 
 Model: `--layers` Linear(hidden, hidden) layers with ReLUs between them (3 x 4096: 50,343,936 parameters), MSE on
@@ -146,11 +147,21 @@ if __name__ == '__main__':
     p.add_argument('--steps', type=int, default=10, help='timed steps, after the warm-up')
     p.add_argument('--warmup', type=int, default=2, help='untimed steps first (compiling happens in the first)')
     p.add_argument('--batch', type=int, default=8, help='samples per rank and step')
-    p.add_argument('--ranks', type=int, default=2, help='processes (the world size W)')
+    p.add_argument('--ranks', type=int, default=None, help='processes (the world size W); default 2 (cuda: up to 2 GPUs)')
     p.add_argument('--threads', type=int, default=1, help='torch threads per process')
     p.add_argument('--configs', default=','.join(CONFIGS))
     p.add_argument('--timeout', type=float, default=1800, help='seconds per configuration')
     p.add_argument('--worker', help=argparse.SUPPRESS)
     p.add_argument('--out', help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.device == 'cuda':
+        if not torch.cuda.is_available():
+            print(f"bench/strategies.py: --device cuda needs a CUDA GPU, and torch {torch.__version__} sees none here "
+                  "(torch.cuda.is_available() is False); run it on a GPU machine, or without --device cuda", file=sys.stderr)
+            sys.exit(2)
+        n = torch.cuda.device_count()
+        if args.ranks is None: args.ranks = min(2, n)
+        if args.ranks > n: p.error(f"--ranks {args.ranks} with --device cuda needs {args.ranks} GPUs (NCCL: one per rank); "
+                                   f"{n} visible")
+    if args.ranks is None: args.ranks = 2
     worker(args) if args.worker else main(args)

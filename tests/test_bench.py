@@ -42,3 +42,13 @@ def test_script_runs(tmp_path):
         assert len(res[k]['a_reps']) == len(res[k]['b_reps']) == 3 and min(res[k]['a_reps'] + res[k]['b_reps']) > 0
     for k in ('data_nw0', 'data_nw2'): assert res[k]['same_batches'], res[k]
     assert res['dispatch']['b'] > 0
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='a GPU is here: the scripts run on it (pytest -m bench, -m gpu)')
+@pytest.mark.parametrize('script', ['overhead.py', 'strategies.py'])
+def test_cuda_refused_without_a_gpu(script):
+    "Without CUDA, `--device cuda` is refused in one line with exit code 2, before any job starts"
+    r = subprocess.run([sys.executable, str(ROOT/'bench'/script), '--device', 'cuda'], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and r.stdout == '', (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f'bench/{script}: --device cuda needs a CUDA GPU'), r.stderr
