@@ -159,7 +159,7 @@ class GatherPreds(Callback):
         self.preds.append(self.learn.pred.detach())
         if self.learn.yb: self.targs.append(self.learn.yb[0].detach())
 
-# %% ../nbs/07_recorder.ipynb #0152c0c5
+# %% ../nbs/07_recorder.ipynb #0a9bfeed
 def _plt(what:str):
     "`matplotlib.pyplot`; `ImportError` naming the extra to install when matplotlib is missing"
     try: import matplotlib.pyplot as plt
