@@ -106,8 +106,10 @@ class Recorder(Callback):
     def state_dict(self)->dict:
         """The values so far, the last validation's, this rank's running training loss and the per-step records,
         with this rank's steps of an unfinished pass (for `Checkpoint`)"""
-        steps = dict(losses=self.losses, step_losses=self.step_losses, lrs=self.lrs, hps=self.hps, iters=self.iters,
-                     smooth=self._smooth, n=self._n, pending=self._pending_sums())
+        t = lambda xs: torch.tensor(xs, dtype=torch.float64)    # compact in the file; float64 keeps each value exactly
+        steps = dict(losses=t(self.losses), step_losses=t(self.step_losses), lrs=t(self.lrs), iters=self.iters,
+                     hps={k: t(v) for k, v in self.hps.items()}, smooth=self._smooth, n=self._n,
+                     pending=self._pending_sums())
         return {'values': self.values, 'log': self.log, 'train_loss': self.train_loss.state_dict(), 'steps': steps}
     def load_state_dict(self, state:dict):
         "Continue from `state`, as `state_dict` returned it"
@@ -115,8 +117,8 @@ class Recorder(Callback):
         self.train_loss.load_state_dict(state['train_loss'])
         s = state.get('steps')
         if s is None: return      # a checkpoint written before the Recorder kept steps
-        self.losses, self.step_losses, self.lrs = list(s['losses']), list(s['step_losses']), list(s['lrs'])
-        self.hps, self.iters = {k: list(v) for k, v in s['hps'].items()}, list(s['iters'])
+        self.losses, self.step_losses, self.lrs = s['losses'].tolist(), s['step_losses'].tolist(), s['lrs'].tolist()
+        self.hps, self.iters = {k: v.tolist() for k, v in s['hps'].items()}, list(s['iters'])
         self._smooth, self._n = s['smooth'], s['n']
         self._pending = [(r[0]/r[1], int(r[1])) for r in s['pending']]
 
