@@ -23,6 +23,10 @@ def test_mlflow_one_run_continued_after_restart(out):
     "One MLflow run in the experiment, every epoch's metrics at its step, finished, the model file as an artifact"
     assert checked(out, 'mlflow_one_run_resumed'), out
 
+def test_trackers_imported_lazily(out):
+    "Importing distrib (and its WandbCallback, MLflowCallback) imports neither wandb nor mlflow"
+    assert checked(out, 'trackers_imported_lazily'), out
+
 def test_trackers_rank0_writes(out):
     "Rank 0 alone opens the runs; both runs' ids are those of the first job"
     assert checked(out, 'trackers_rank0_writes'), out

@@ -37,6 +37,8 @@ def diff(a, b):
 setup_distrib(timeout=60)
 assert num_distrib() == 2
 rank = rank_distrib()
+lazy = [m for m in sys.modules if m.split('.')[0] in ('wandb', 'mlflow')]   # distrib imported, no tracker created
+check('trackers_imported_lazily', not lazy, f'imported: {lazy[:3]}')
 
 # 1. per-step records: the global batch's loss, as one process with batches of 12; the same on both ranks
 a = new_learner(BS)
