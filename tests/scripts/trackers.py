@@ -13,7 +13,8 @@ from distrib import (Learner, DataLoaders, Checkpoint, WandbCallback, MLflowCall
 
 N, BS, LR = 48, 6, 0.05          # 2 ranks x 6 = global batches of 12; 4 steps an epoch
 SCRATCH = Path(sys.argv[1])
-os.environ.update(WANDB_MODE='offline', WANDB_SILENT='true', MLFLOW_ALLOW_FILE_STORE='true')
+os.environ.update(WANDB_MODE='offline', WANDB_SILENT='true', MLFLOW_ALLOW_FILE_STORE='true',   # W&B's caches too:
+                  **{f'WANDB_{k}_DIR': str(SCRATCH/f'wandb-{k.lower()}') for k in ('CACHE', 'DATA', 'CONFIG')})
 torch.manual_seed(0)
 x = torch.randn(N, 5); y = (x @ torch.randn(5, 1) > 0).long().squeeze(1)
 init = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 2)).state_dict()
