@@ -43,5 +43,7 @@ from .callback.schedule import (SchedLin, SchedCos, SchedNo, SchedExp, SchedPoly
                               ParamScheduler, planned_steps)
 from .callback.lr_find import LRFinder, SuggestionMethod, valley, slide, minimum, steep, plot_lr_find
 from .callback.tracker import TerminateOnNaNCallback, TrackerCallback, EarlyStoppingCallback, SaveModelCallback
-from .callback.loggers import CSVLogger, TensorBoardCallback
+from .callback.loggers import CSVLogger, TensorBoardCallback, RunLogger, config_of
+from .callback.wandb import WandbCallback, offline_history
+from .callback.mlflow import MLflowCallback
 from .callback.clip import GradientClip, clip_grad_norm_

@@ -109,7 +109,7 @@ def checked(out:str, name:str)->bool:
 # process without a group yet), the compiling one last (it changes dynamo's settings); fsdp there leaves the
 # checkpoint its run on 3 processes loads.
 TOGETHER = {2: ['one_world', 'ctx_restore', 'collectives', 'exactness', 'accumulate', 'ddp_options', 'iterable',
-                'callbacks', 'fsdp', 'compile'],
+                'callbacks', 'trackers', 'fsdp', 'compile'],
             3: ['exactness', 'fsdp']}
 
 def _shared_dir(tmp_path_factory)->Path:

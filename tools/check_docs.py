@@ -1,0 +1,102 @@
+"""Check the built documentation site (`_docs/`, from `python tools/docs.py`) in a real browser: Debian's
+`chromium`, headless, with a fresh profile. Every page loads (chromium renders it, scripts run, and the DOM it
+dumps has the page's `<h1>`); every internal link resolves (the file exists, and the anchor is an element id of
+the rendered target); every public name of each module (its `__all__`) has its heading on its notebook's page;
+a screenshot of the index is written to `_proc/docs_check/index.png` (and must not be blank). Prints one line per
+problem and exits 1 when there is any. Usage: python tools/check_docs.py [site dir]"""
+import importlib, json, re, shutil, subprocess, sys, tempfile
+from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlsplit, unquote
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT/'_docs'
+OUT = ROOT/'_proc'/'docs_check'
+FLAGS = ['--no-sandbox', '--headless', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+         '--disable-sync', '--no-first-run']
+
+class Page(HTMLParser):
+    "The ids, links, headings' code names and `<h1>` count of an HTML document"
+    def __init__(self, text):
+        super().__init__()
+        self.ids, self.hrefs, self.codes, self.h1, self._in_h = set(), [], set(), 0, 0
+        self.feed(text)
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get('id'): self.ids.add(a['id'])
+        if tag == 'a' and a.get('href'): self.hrefs.append(a['href'])
+        if tag == 'h1': self.h1 += 1
+        if tag in ('h3', 'h4'): self._in_h += 1
+    def handle_endtag(self, tag):
+        if tag in ('h3', 'h4'): self._in_h -= 1
+    def handle_data(self, data):
+        if self._in_h: self.codes.add(data.strip())
+
+def chromium()->str:
+    for name in ('chromium', 'chromium-browser', 'google-chrome'):
+        if path := shutil.which(name): return path
+    sys.exit("check_docs: no chromium found (Debian: apt-get install -y chromium)")
+
+def run(args:list, timeout:float=90)->subprocess.CompletedProcess:
+    "Chromium with `args`, a fresh profile of its own"
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run([chromium(), *FLAGS, f'--user-data-dir={profile}', *args], capture_output=True,
+                              text=True, timeout=timeout)
+
+def dump(html:Path)->str:
+    "The DOM chromium renders for `html`, after its scripts ran"
+    r = run(['--virtual-time-budget=3000', '--dump-dom', html.as_uri()])
+    if r.returncode: raise RuntimeError(f"chromium exited {r.returncode} on {html.name}: {r.stderr[-500:]}")
+    return r.stdout
+
+def module_pages()->dict:
+    "page name -> the module its notebook exports (from its `#| default_exp`)"
+    out = {}
+    for nb in (ROOT/'nbs').glob('*.ipynb'):
+        for c in json.loads(nb.read_text())['cells']:
+            if c['cell_type'] == 'code' and (m := re.search(r'#\|\s*default_exp\s+(\S+)', ''.join(c['source']))):
+                out[f'{nb.stem}.html'] = f'distrib.{m.group(1)}'
+                break
+    return out
+
+def main():
+    pages = sorted(p for p in SITE.rglob('*.html') if p.name != '404.html')
+    if not (SITE/'index.html').exists(): sys.exit(f"check_docs: {SITE}/index.html is missing (python tools/docs.py)")
+    with ThreadPoolExecutor(2) as ex: doms = dict(zip(pages, ex.map(dump, pages)))
+    parsed, problems = {p: Page(t) for p, t in doms.items()}, []
+    for p, page in parsed.items():
+        name = p.relative_to(SITE)
+        if page.h1 < 1 or '</html>' not in doms[p]: problems.append(f"{name}: did not render (no <h1>)")
+        for href in page.hrefs:
+            u = urlsplit(href)
+            if u.scheme in ('http', 'https', 'mailto') or href == '#': continue
+            target = (p.parent/unquote(u.path)).resolve() if u.path else p
+            if target.is_dir(): target = target/'index.html'
+            if not target.exists(): problems.append(f"{name}: link {href!r}: no {target.relative_to(SITE)}"); continue
+            if u.fragment and target.suffix == '.html':
+                ids = parsed[target].ids if target in parsed else Page(target.read_text()).ids
+                if unquote(u.fragment) not in ids: problems.append(f"{name}: link {href!r}: no id {u.fragment!r}")
+    for page, mod in module_pages().items():
+        p = SITE/page
+        if p not in parsed: problems.append(f"{page}: missing"); continue
+        missing = [n for n in getattr(importlib.import_module(mod), '__all__', []) if n not in parsed[p].codes]
+        if missing: problems.append(f"{page}: no documentation for {', '.join(missing)}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    shot = OUT/'index.png'
+    shot.unlink(missing_ok=True)
+    run([f'--screenshot={shot}', '--window-size=1280,1000', '--hide-scrollbars', (SITE/'index.html').as_uri()])
+    if not shot.exists(): problems.append("index.html: no screenshot")
+    else:
+        try:
+            import matplotlib.image
+            blank = matplotlib.image.imread(shot).std() < 0.02      # one colour: nothing drawn
+        except ImportError: blank = shot.stat().st_size < 20_000   # a one-colour 1280x1000 PNG is a few KB
+        if blank: problems.append(f"index.html: the screenshot {shot} is blank")
+    n_links = sum(len(p.hrefs) for p in parsed.values())
+    for line in problems: print(f"check_docs: {line}")
+    print(f"check_docs: {len(pages)} pages, {n_links} links, {len(module_pages())} module pages; "
+          f"{'OK' if not problems else f'{len(problems)} problems'}; screenshot {shot}")
+    sys.exit(1 if problems else 0)
+
+if __name__ == '__main__': main()
