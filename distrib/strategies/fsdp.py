@@ -42,7 +42,11 @@ def _check_fsdp():
 
 def _check_collectives(device:torch.device):
     """RuntimeError when the default group's backend cannot reduce-scatter or all-gather `device` tensors, FSDP's two
-    collectives: one tiny probe of each, on every rank"""
+    collectives (one tiny probe of each, on every rank), or when FSDP2 cannot run on CPU here (torch < 2.7)"""
+    if device.type == 'cpu' and not hasattr(torch.cpu.Stream, 'record_event'):  # FSDP2's all-gather records events
+        raise RuntimeError(f"strategy='fsdp' on CPU needs torch >= 2.7 (FSDP2's all-gather records events on CPU "
+                           f"streams, torch.cpu.Stream.record_event), and this is torch {torch.__version__}: upgrade "
+                           "torch, train on GPUs, or use strategy='ddp'")
     ws = dist.get_world_size()
     reduce_scatter = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor  # torch < 2.13 names
     all_gather = getattr(dist, 'all_gather_single', None) or dist.all_gather_into_tensor
