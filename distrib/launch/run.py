@@ -40,12 +40,9 @@ def localhost_store(port:int=0, what:str='--master_port')->dist.TCPStore:
     shared with the other stores of this process on that port (`multi_tenant=True`). Raises `LaunchError` naming
     option `what` when the port is in use."""
     sock = _listen('127.0.0.1', port, what)
-    def serve(**kw): return dist.TCPStore('127.0.0.1', sock.getsockname()[1], None, True,
-                                          datetime.timedelta(seconds=60), wait_for_workers=False, multi_tenant=True,
-                                          master_listen_fd=sock.fileno(), **kw)
-    try:
-        try: store = serve()
-        except NotImplementedError: store = serve(use_libuv=False)  # torch < 2.7: libuv's server takes no socket
+    try: store = dist.TCPStore('127.0.0.1', sock.getsockname()[1], None, True, datetime.timedelta(seconds=60),
+                               wait_for_workers=False, multi_tenant=True, master_listen_fd=sock.fileno(),
+                               use_libuv=False)  # torch's other server takes no listening socket before torch 2.8
     except BaseException: sock.close(); raise
     sock.detach()  # the store's server owns the socket now, and closes it
     return store
