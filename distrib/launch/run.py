@@ -42,7 +42,7 @@ def localhost_store(port:int=0, what:str='--master_port')->dist.TCPStore:
     sock = _listen('127.0.0.1', port, what)
     try: store = dist.TCPStore('127.0.0.1', sock.getsockname()[1], None, True, datetime.timedelta(seconds=60),
                                wait_for_workers=False, multi_tenant=True, master_listen_fd=sock.fileno(),
-                               use_libuv=False)  # torch's other server takes no listening socket before torch 2.8
+                               use_libuv=False)  # libuv's server takes no socket on torch 2.6, 2.7
     except BaseException: sock.close(); raise
     sock.detach()  # the store's server owns the socket now, and closes it
     return store

@@ -3,6 +3,7 @@ rank 0 only, and the experiment trackers (W&B offline, MLflow's file store): one
 epoch, continued by a restart that resumes from a Checkpoint (a new Learner with new callbacks in the same
 processes, reading the checkpoint as a restarted job does). Rank 0 prints one 'CHECK <name> OK <figures>' line per
 check. Usage: trackers.py <scratch dir shared by the ranks>"""
+import time
 import math, os, sys
 from pathlib import Path
 import torch
@@ -76,7 +77,10 @@ learn, wb, mf = tracked_fit(3, log_model=True)
 keys = gather_object((wb1.run_key, wb.run_key, mf1.run_id, mf.run_id, wb.run is None))
 if rank == 0:
     vals = learn.recorder.values
-    runs = [offline_history(p) for p in sorted((SCRATCH/'wb'/'wandb').glob('offline-run-*'))]
+    for _ in range(100):   # W&B's service may still be writing a run's file when finish() has returned
+        runs = [offline_history(p) for p in sorted((SCRATCH/'wb'/'wandb').glob('offline-run-*'))]
+        if all(run['id'] for run in runs): break
+        time.sleep(0.2)
     rows = [row for run in runs for row in run['history']]
     epochs = [(row['epoch'], row['valid_loss'], row['accuracy']) for row in rows if 'epoch' in row]
     check('wandb_one_run_resumed', len(runs) == 2 and {run['id'] for run in runs} == {wb.run_key}
