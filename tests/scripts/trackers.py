@@ -3,8 +3,7 @@ rank 0 only, and the experiment trackers (W&B offline, MLflow's file store): one
 epoch, continued by a restart that resumes from a Checkpoint (a new Learner with new callbacks in the same
 processes, reading the checkpoint as a restarted job does). Rank 0 prints one 'CHECK <name> OK <figures>' line per
 check. Usage: trackers.py <scratch dir shared by the ranks>"""
-import time
-import math, os, sys
+import math, os, sys, time
 from pathlib import Path
 import torch
 from torch import nn
