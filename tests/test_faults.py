@@ -59,6 +59,7 @@ def fault_runs(tmp_path_factory):
     """Every job of FAULTS and of the stall cases, PARALLEL at a time: {mode: (CompletedProcess, seconds from the
     fault to the launcher's exit)}"""
     jobs = {m: () for m in FAULTS} | {m: (3,) for m in STALLS} | {m: () for m in DEADLOCKS} | {m: () for m in SLOW}
+    jobs['skew'] = jobs['skew_abort'] = ()
     dirs = {m: tmp_path_factory.mktemp(m) for m in jobs}  # here: pytest's mktemp is not safe across threads
     def run(mode): return mode, run_fault(mode, *jobs[mode], tmp=dirs[mode], env=SLOW.get(mode))
     with ThreadPoolExecutor(PARALLEL) as ex: return dict(ex.map(run, jobs))
@@ -122,6 +123,37 @@ def test_deadlock_ends_in_seconds(mode, fault_runs):
     assert f"It started when rank 1 left distrib_ctx by {CAUGHT}" in s and CAUGHT_AT in s, s
     assert "Rank 0's main thread (innermost last):" in r.stderr and 'in _backward' in r.stderr, r.stderr[-3000:]
     assert secs < 15, secs
+    assert not orphans(r.tag), orphans(r.tag)
+
+def test_skewed_collective_ends_in_seconds(fault_runs):
+    """Rank 1 alone calls all_reduce_mean at after_epoch (of the size of the Recorder's, so gloo pairs it with rank
+    0's and every later collective is off by one): both ranks then wait in the gradient all-reduce of the same step,
+    after different numbers of distrib collectives. A watchdog ends the job within seconds (the collective timeout
+    is 60 s) with a RanksDivergedError that says so"""
+    r, secs = fault_runs['skew']
+    report('skew: all_reduce_mean on rank 1 only', secs)
+    s = summary(r)
+    assert r.returncode == 1, s + r.stderr[-3000:]
+    assert re.match(r"distrib.launch: rank (0|1) failed \(exit code 1\): RanksDivergedError: rank \1 waits in backward "
+                    r"\(DDP's all-reduce of gradients\) \(epoch 1, training batch 0\), but rank (0|1) waits at the "
+                    r"same point, but after (6|7) distrib collectives against this rank's (6|7) \(a collective ran on "
+                    r"some ranks only", s), s
+    assert secs < 15, secs
+    assert not orphans(r.tag), orphans(r.tag)
+
+def test_crash_in_a_collective_shows_the_positions(fault_runs):
+    """The skewed all_reduce_mean of another size than the Recorder's: gloo aborts a process (SIGABRT), which
+    writes no record. The launcher's summary still gives what each rank last published, with the distrib collective
+    each last entered: rank 1's extra one at after_epoch"""
+    r, secs = fault_runs['skew_abort']
+    report('skew_abort: gloo aborts a rank', secs)
+    s = summary(r)
+    assert r.returncode == 134, s + r.stderr[-3000:]
+    assert re.match(r"distrib.launch: rank (0|1) failed \(exit code -6\): killed by signal 6 \(SIGABRT\)", s), s
+    line = next((l for l in s.splitlines() if "the ranks' last positions" in l), '')
+    assert re.search(r"rank 1 in .*, last entering distrib collective number \d+, in after_epoch \(epoch 0\), the "
+                     r"collective all_reduce_sum", line), s
+    assert secs < 10, secs
     assert not orphans(r.tag), orphans(r.tag)
 
 HEALTHY = ()   # modes without a fault

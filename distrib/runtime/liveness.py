@@ -143,7 +143,7 @@ class _Watchdog(threading.Thread):
         if key != self.pos_key: self.pos, self.pos_key, self.pos_since = p, key, now
         self.beat += 1
         return dict(self.me, beat=self.beat, state=_Here.state, code=_Here.code, group=_Here.group, pos=p,
-                    age=round(now - self.pos_since, 1), cancels=_Here.cancels, left=_Here.left)
+                    age=round(now - self.pos_since, 1), cancels=_Here.cancels, left=_Here.left, colls=_Here.colls)
 
     def run(self):
         while not self.halt.is_set():
@@ -225,6 +225,11 @@ def _connect(host:str, port:int, prefix:str)->dist.Store:
     s = dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
     return dist.PrefixStore(prefix, s)
 
+def _announce():
+    "Publish, from the main thread, the distrib collective it enters now: the launcher reads it after a crash in it"
+    try: _Job.main.set(f'at/{_Job.world.rank}', json.dumps({'pos': position(), 'colls': _Here.colls}))
+    except Exception: pass  # the store is gone: the watchdog ends this rank; the collective fails by itself
+
 def start_liveness(world:World|None=None,     # this process's place; default `current_world()`
                    record_path:str|None=None, # where the watchdog writes this rank's ErrorRecord; default torchrun's
                   )->bool:                    # True when the heartbeat and watchdog run
@@ -245,6 +250,7 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
         return False
     _Job.world, _Job.main, _Job.record_path = world, main, record_path
     _Job.dog = _Watchdog(own, world, timeout)
+    _Here.announce = _announce
     atexit.register(stop_liveness)
     _Job.dog.start()
     return True
@@ -252,7 +258,7 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
 def reset_liveness():
     "Forget what this process's liveness state says (a forked worker starts with its parent's): no watchdog, no group"
     for k, v in dict(learn=None, ops=(), group='none', state='running', code=None, cancels=0, barriers=0,
-                     reported=False, failed_at=None, left=None, colls=0).items(): setattr(_Here, k, v)
+                     reported=False, failed_at=None, left=None, colls=0, announce=None).items(): setattr(_Here, k, v)
     _Job.world = _Job.main = _Job.dog = _Job.record_path = _Job.addr = None
 
 def script_ended(code:int):

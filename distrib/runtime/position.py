@@ -24,6 +24,7 @@ class _Here:
     failed_at = None   # where the main thread was when an exception left `distrib_ctx` (`remember_position`)
     left = None        # {'error': 'Type: message', 'where': ...}: the exception that left `distrib_ctx`, if one did
     colls = 0          # distrib collectives entered: what tells two of them apart in a position's `id`
+    announce = None    # called as each distrib collective starts (`start_liveness`: publishes where, for a crash)
 
 @contextmanager
 def doing(kind:str,        # 'setup', 'collective', 'barrier' or 'phase'
@@ -38,6 +39,7 @@ def doing(kind:str,        # 'setup', 'collective', 'barrier' or 'phase'
         ident = _Here.colls
     prev = _Here.ops
     _Here.ops = prev + ((kind, name, ident),)  # a new tuple: the watchdog thread never sees one half-changed
+    if kind == 'collective' and _Here.announce is not None: _Here.announce()
     try: yield
     finally: _Here.ops = prev
 

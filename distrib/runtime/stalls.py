@@ -9,12 +9,12 @@ from collections import deque
 from contextlib import contextmanager
 from .errors import CollectiveTimeoutError, RanksDivergedError
 from .position import _Here, describe
-from .liveness import _CHECKS, report_failure
+from .liveness import _CHECKS, report_failure, _parse
 from .waits import MISMATCH_AFTER, _heartbeats, _waits_in_collective
 
 # %% auto #0
 __all__ = ['STALL_FLOOR', 'STALL_STEPS', 'STACK_FRAMES', 'stall_report_after', 'stall_timeout', 'check_stall_timeout',
-           'stall_timeout_for', 'main_stack', 'watch']
+           'stall_timeout_for', 'main_stack', 'watch', 'last_positions', 'mismatch', 'positions_text']
 
 # %% ../../nbs/01e_stalls.ipynb #5ffc1f65
 STALL_FLOOR = 60.0   # seconds: the least time a rank is stuck before the default report
@@ -106,9 +106,12 @@ def _left_text(r:int, left:dict)->str:
 def _diverged(mine:dict,   # this rank's position (it waits)
               hbs:dict,    # rank -> last heartbeat, of every other rank
               hold:float,  # seconds a rank must have been where it waits
+              colls:int=0, # the distrib collectives this rank entered (`_Here.colls`)
              )->dict|None: # rank -> {'how', 'where'} for the ranks that can never join this wait; None if not certain
     """The ranks that wait elsewhere, when every rank that has not exited waits and one of them not in this rank's
-    collective; or a rank that left distrib_ctx by an exception while this rank waits in a collective of its loop.
+    collective, or in the same place after another number of distrib collectives (one ran on some ranks only: their
+    collectives are paired wrongly from then on); or a rank that left distrib_ctx by an exception while this rank
+    waits in a collective of its loop.
     A distrib barrier against another wait is left to the rank in the barrier, whose `store_barrier` raises."""
     odd = {}
     for r, hb in hbs.items():
@@ -121,6 +124,10 @@ def _diverged(mine:dict,   # this rank's position (it waits)
         if not _waits(p) or hb.get('age', 0) < hold: return None  # a rank at work: it may still come
         if 'barrier' in (p.get('op'), mine.get('op')): return None  # the barrier's own wait (`_await`) tells it
         if _key(p) != _key(mine): odd[r] = {'how': 'waits', 'where': describe(p)}
+        elif hb.get('colls', colls) != colls:
+            odd[r] = {'how': f"waits at the same point, but after {hb['colls']} distrib collectives against this "
+                             f"rank's {colls} (a collective ran on some ranks only: the ranks' collectives no longer "
+                             f"pair up)", 'where': describe(p)}
     return odd or None
 
 # %% ../../nbs/01e_stalls.ipynb #95a2ec57
@@ -195,7 +202,57 @@ def watch(dog,        # the rank's `_Watchdog`, its peers found alive this tick
         w.published = dog.pos_key
     me = dog.world.rank
     hbs = _heartbeats([r for r in range(dog.world.world_size) if r != me], dog.store)
-    odd = _diverged(mine, hbs, hold)
+    odd = _diverged(mine, hbs, hold, _Here.colls)
     if odd: _deadlock(dog, mine, odd, hbs)
 
 _CHECKS.append(watch)
+
+# %% ../../nbs/01e_stalls.ipynb #a1e5c0d2
+def last_positions(store,              # a client of the job's store, its keys unprefixed (the launcher's)
+                   max_restarts:int=0, # torchrun's --max_restarts: the attempts whose heartbeats may be there
+                  )->dict:             # rank -> its last heartbeat, of the last attempt that published any; {}: none
+    "The heartbeat each rank last published in `store` (`distrib.runtime.liveness`); {} when none can be read"
+    for n in range(max_restarts, -1, -1):
+        pre, hbs = f"distrib/liveness/{n}//hb/", {}  # `start_liveness`'s prefix, which PrefixStore joins with '/'
+        try:
+            while store.check([f"{pre}{len(hbs)}"]): hbs[len(hbs)] = _parse(store.get(f"{pre}{len(hbs)}"))
+            for r, hb in hbs.items():  # the distrib collective it entered last (`liveness._announce`)
+                k = f"distrib/liveness/{n}//at/{r}"
+                if store.check([k]): hb['at'] = _parse(store.get(k))
+        except Exception: return {}  # no store to read (it is gone): the summary goes without positions
+        if hbs: return hbs
+    return {}
+
+def mismatch(hbs:dict, # rank -> last heartbeat (`last_positions`)
+            )->str|None:
+    """What the last positions `hbs` show of a collective run differently by the ranks, in words; None when nothing.
+    Only positions that had not moved for a second (heartbeats are up to a second old) and the distrib collectives
+    last entered (published as each starts) are compared."""
+    live = {r: hb for r, hb in hbs.items() if hb.get('state') != 'exited'}
+    ats = {r: hb['at'] for r, hb in live.items() if hb.get('at')}
+    if len(ats) == len(live) > 1 and len({a.get('colls') for a in ats.values()}) == 1:
+        places = {tuple(_key(a.get('pos') or {})[:6]) + (a['pos'].get('name'),) for a in ats.values()}
+        if len(places) > 1:
+            return (f"the ranks' distrib collective number {next(iter(ats.values())).get('colls')} was not the same "
+                    "call: " + '; '.join(f"rank {r} in {describe(a.get('pos') or {})}" for r, a in ats.items()) +
+                    " (a collective ran on some ranks only, so the ranks' collectives were paired wrongly)")
+    live = {r: hb for r, hb in live.items() if hb.get('age', 0) >= 1}
+    if len(live) < len(hbs): return None
+    colls = {r: hb.get('colls') for r, hb in live.items() if hb.get('colls') is not None}
+    if len(set(colls.values())) > 1:
+        return ("the ranks had entered different numbers of distrib collectives (" +
+                ', '.join(f"rank {r}: {n}" for r, n in colls.items()) + "): a collective ran on some ranks only, so "
+                "the ranks' collectives were paired wrongly (with another size or kind, gloo aborts the process)")
+    waiting = {r: hb['pos'] for r, hb in live.items() if _waits(hb.get('pos') or {})}
+    if len(waiting) > 1 and len({_key(p) for p in waiting.values()}) > 1:
+        return "the ranks waited in different collectives: " + '; '.join(f"rank {r} in {describe(p)}"
+                                                                         for r, p in waiting.items())
+    return None
+
+def positions_text(hbs:dict)->str:
+    "The last positions `hbs` in words: 'rank 0 in <where> (after n distrib collectives); rank 1 ...'"
+    return '; '.join(f"rank {r} in {describe(hb.get('pos') or {})}" +
+                     (f" (after {hb['colls']} distrib collectives)" if hb.get('colls') is not None else '') +
+                     (f", last entering distrib collective number {hb['at'].get('colls')}, in "
+                      f"{describe(hb['at'].get('pos') or {})}" if hb.get('at') else '')
+                     for r, hb in hbs.items())

@@ -12,7 +12,9 @@ catches the error outside `distrib_ctx` and goes on to `gather_object` while ran
 all-reduce), `caught_sleep` (the same, then rank 1 sleeps: it left the context by an exception), `stall_report`
 (long but healthy phases: a 4 s `rank0_first` on rank 0, a 4 s first step on rank 1, a 4 s declared long phase on
 rank 0 before a barrier after `fit`; and one stall: rank 1 sleeps 5 s in a callback at batch 3, then goes on; the job
-ends well), `stall_end` (rank 1 sleeps 600 s in a callback: `DISTRIB_STALL_TIMEOUT` ends the job).
+ends well), `stall_end` (rank 1 sleeps 600 s in a callback: `DISTRIB_STALL_TIMEOUT` ends the job), `skew` (rank 1
+alone calls `all_reduce_mean` at `after_epoch`, of the Recorder's size: the ranks' collectives pair wrongly from then
+on), `skew_abort` (the same, of another size: gloo aborts a process).
 The rank at fault prints `FAULT_AT <time.time()>` just before the fault. Files go to `$FAULT_DIR` (default: a new
 temporary directory).
 """
@@ -21,11 +23,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from distrib import (Learner, DataLoaders, Callback, rank_distrib, distrib_barrier, setup_distrib, teardown_distrib,
-                     rank0_first, gather_object, long_phase, CancelFitException, CancelEpochException,
+                     rank0_first, gather_object, long_phase, all_reduce_mean, CancelFitException, CancelEpochException,
                      CancelBatchException)
 
 mode, timeout = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 60.
 rank = int(os.environ['RANK'])
+SKEW = 1000 if mode == 'skew_abort' else 3  # the size of the skewed all_reduce_mean (3: as the Recorder's)
 
 def mark(): print(f"FAULT_AT {time.time()}", flush=True)
 
@@ -57,7 +60,9 @@ class Fault(Callback):
         if mode.startswith('caught_'):  # rank 1's data does not reach the model's branch (Branchy.skip)
             if rank == 1: mark(); Branchy.skip = True
             return
-        if rank == 1 and mode not in ('save0', 'pipe0'): fault()
+        if rank == 1 and mode not in ('save0', 'pipe0', 'skew', 'skew_abort'): fault()
+    def after_epoch(self):
+        if mode.startswith('skew') and rank == 1 and self.learn.epoch == 0: mark(); all_reduce_mean(torch.ones(SKEW))
     def after_batch(self):
         if rank != 0 or not self.learn.training or self.learn.iter != 3 or self.learn.epoch != 0: return
         if mode == 'save0': mark(); self.learn.save('rank0_only')
