@@ -9,15 +9,15 @@ from conftest import launch, orphans, report, SCRIPTS
 LIVENESS = '3'  # DISTRIB_LIVENESS_TIMEOUT of these jobs: a frozen rank counts as dead after 3 s (default 20)
 
 
-def run_fault(mode, *args, tmp=None):
+def run_fault(mode, *args, tmp=None, env=None):
     "Launch fault.py MODE on 2 ranks: (CompletedProcess, seconds from the fault to the launcher's exit)"
-    env = dict(DISTRIB_LIVENESS_TIMEOUT=LIVENESS, FAULT_DIR=str(tmp or ''))
+    env = dict(DISTRIB_LIVENESS_TIMEOUT=LIVENESS, FAULT_DIR=str(tmp or ''), **(env or {}))
     r = launch(SCRIPTS/'fault.py', mode, *args, nproc=2, timeout=150, env=env)
     end = time.time()
     m = re.search(r'FAULT_AT ([\d.]+)', r.stdout)
-    assert m, r.stdout + r.stderr
-    assert 'the fault did not happen' not in r.stdout
-    return r, end - float(m.group(1))
+    assert m or mode in HEALTHY, r.stdout + r.stderr
+    assert ('the fault did not happen' not in r.stdout) or mode in ENDS_WELL, r.stdout + r.stderr
+    return r, end - float(m.group(1)) if m else None
 
 def summary(r):
     "The launcher's own lines of the output"
@@ -58,9 +58,10 @@ PARALLEL = 2  # fault jobs run at once: they mostly wait (for a heartbeat, a tim
 def fault_runs(tmp_path_factory):
     """Every job of FAULTS and of the stall cases, PARALLEL at a time: {mode: (CompletedProcess, seconds from the
     fault to the launcher's exit)}"""
-    jobs = {m: () for m in FAULTS} | {m: (3,) for m in STALLS}
+    jobs = {m: () for m in FAULTS} | {m: (3,) for m in STALLS} | {m: () for m in DEADLOCKS} | {m: () for m in SLOW}
+    jobs['skew'] = jobs['skew_abort'] = ()
     dirs = {m: tmp_path_factory.mktemp(m) for m in jobs}  # here: pytest's mktemp is not safe across threads
-    def run(mode): return mode, run_fault(mode, *jobs[mode], tmp=dirs[mode])
+    def run(mode): return mode, run_fault(mode, *jobs[mode], tmp=dirs[mode], env=SLOW.get(mode))
     with ThreadPoolExecutor(PARALLEL) as ex: return dict(ex.map(run, jobs))
 
 @pytest.mark.parametrize('mode', FAULTS)
@@ -98,4 +99,102 @@ def test_stall_names_the_rank_that_did_not_arrive(mode, fault_runs):
     op = "all_reduce of gradients in backward" if mode == 'hang' else 'distrib_barrier()'
     assert f'CollectiveTimeoutError: {op}' in r.stderr and 'distrib_ctx(timeout=...)' in r.stderr, r.stderr[-3000:]
     assert secs < 3 + 10, secs
+    assert not orphans(r.tag), orphans(r.tag)
+
+CAUGHT = "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one."
+CAUGHT_AT = "(raised in the batch (forward and loss) (epoch 0, training batch 4))"
+
+DEADLOCKS = {'caught_gather': 'in the collective gather_object', 'caught_sleep': 'in its script, outside any'}
+
+@pytest.mark.parametrize('mode', DEADLOCKS)
+def test_deadlock_ends_in_seconds(mode, fault_runs):
+    """A caught one-rank error: DDP raises on rank 1 only (the model's branch ran on rank 0's data only), the script
+    catches it outside distrib_ctx and goes on (to a gather_object, or to sleep) while rank 0 waits in the gradient
+    all-reduce. Rank 0's watchdog sees that no rank can ever move and ends the job within seconds (the collective
+    timeout is 60 s), naming both positions and the exception that started it, with rank 0's stack"""
+    r, secs = fault_runs[mode]
+    report(f'{mode}: a caught one-rank error, then a deadlock', secs)
+    s = summary(r)
+    assert r.returncode == 1, s + r.stderr[-3000:]
+    assert s.startswith("distrib.launch: rank 0 failed (exit code 1): RanksDivergedError: rank 0 waits in backward "
+                        "(DDP's all-reduce of gradients) (epoch 0, training batch 3), but rank 1 left distrib_ctx by "
+                        "an exception, so it never joins this collective of the context's loop; it is now "
+                        + DEADLOCKS[mode]), s
+    assert f"It started when rank 1 left distrib_ctx by {CAUGHT}" in s and CAUGHT_AT in s, s
+    assert "Rank 0's main thread (innermost last):" in r.stderr and 'in _backward' in r.stderr, r.stderr[-3000:]
+    assert secs < 15, secs
+    assert not orphans(r.tag), orphans(r.tag)
+
+def test_skewed_collective_ends_in_seconds(fault_runs):
+    """Rank 1 alone calls all_reduce_mean at after_epoch (of the size of the Recorder's, so gloo pairs it with rank
+    0's and every later collective is off by one): both ranks then wait in the gradient all-reduce of the same step,
+    after different numbers of distrib collectives. A watchdog ends the job within seconds (the collective timeout
+    is 60 s) with a RanksDivergedError that says so"""
+    r, secs = fault_runs['skew']
+    report('skew: all_reduce_mean on rank 1 only', secs)
+    s = summary(r)
+    assert r.returncode == 1, s + r.stderr[-3000:]
+    assert re.match(r"distrib.launch: rank (0|1) failed \(exit code 1\): RanksDivergedError: rank \1 waits in backward "
+                    r"\(DDP's all-reduce of gradients\) \(epoch 1, training batch 0\), but rank (0|1) waits at the "
+                    r"same point, but after (6|7) distrib collectives against this rank's (6|7) \(a collective ran on "
+                    r"some ranks only", s), s
+    assert secs < 15, secs
+    assert not orphans(r.tag), orphans(r.tag)
+
+def test_crash_in_a_collective_shows_the_positions(fault_runs):
+    """The skewed all_reduce_mean of another size than the Recorder's: gloo aborts a process (SIGABRT), which
+    writes no record. The launcher's summary still gives what each rank last published, with the distrib collective
+    each last entered: rank 1's extra one at after_epoch"""
+    r, secs = fault_runs['skew_abort']
+    report('skew_abort: gloo aborts a rank', secs)
+    s = summary(r)
+    assert r.returncode == 134, s + r.stderr[-3000:]
+    assert re.match(r"distrib.launch: rank (0|1) failed \(exit code -6\): killed by signal 6 \(SIGABRT\)", s), s
+    line = next((l for l in s.splitlines() if "the ranks' last positions" in l), '')
+    assert re.search(r"rank 1 in .*, last entering distrib collective number \d+, in after_epoch \(epoch 0\), the "
+                     r"collective all_reduce_sum", line), s
+    assert secs < 10, secs
+    assert not orphans(r.tag), orphans(r.tag)
+
+HEALTHY = ()   # modes without a fault
+ENDS_WELL = ('stall_report',)  # modes whose job ends well
+SLOW = {'stall_report': dict(DISTRIB_STALL_REPORT='2.5'), 'stall_end': dict(DISTRIB_STALL_TIMEOUT='4')}
+def _line(text:str)->str:
+    "'line N, in fault': where fault.py's line holding `text` shows in a stack"
+    lines = (SCRIPTS/'fault.py').read_text().splitlines()
+    return f"line {next(i for i, l in enumerate(lines, 1) if text in l)}, in fault"
+STALL_LINE = _line('# STALL_LINE')  # rank 1's 5 s sleep
+STUCK_LINE = _line("time.sleep(600)  # 'hang'")  # rank 1's 600 s sleep
+
+def test_stall_reported_with_its_stack(fault_runs):
+    """Rank 1 sleeps 5 s in a callback while rank 0 waits in the gradient all-reduce: with a 2.5 s threshold
+    (DISTRIB_STALL_REPORT; by default max(60 s, 20 steps)), rank 1's watchdog reports where it is, for how long, what
+    rank 0 waits in, and both stacks (rank 1's at the line of its sleep); the job goes on and ends well. The same job
+    has long but healthy phases, not reported (4 s each): rank0_first's function on rank 0, the first training step
+    on rank 1, a declared long phase on rank 0 (as Learner.save writes a large state) before a barrier."""
+    r, _ = fault_runs['stall_report']
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = re.search(r"distrib: probable stall: rank 1 has been in before_batch \(epoch 0, training batch 3\) for (\d+) "
+                  r"s, while rank 0 waits in backward \(DDP's all-reduce of gradients\) \(epoch 0, training batch 3\)",
+                  r.stderr)
+    assert m, r.stderr[-3000:]
+    report('stall_report: rank 1 in a callback, reported', float(m.group(1)))
+    assert 2 <= int(m.group(1)) <= 4, m.group(0)
+    assert r.stderr.count('probable stall') == 1, r.stderr[-3000:]  # none for the long healthy phases
+    assert r.stdout.count('the fault did not happen') == 2, r.stdout
+    rest = r.stderr[m.end():]
+    assert rest.index("Rank 1's main thread") < rest.index(STALL_LINE) < rest.index("Rank 0's main thread"), rest
+    assert "time.sleep(5); return  # STALL_LINE" in rest, rest
+
+def test_stall_timeout_ends_the_job(fault_runs):
+    """With DISTRIB_STALL_TIMEOUT=4 (or distrib_ctx(stall_timeout=4)), rank 1 stuck in a callback ends the job after
+    about 4 s, long before the collective's timeout (60 s): the launcher names rank 1, its position and its stack"""
+    r, secs = fault_runs['stall_end']
+    report('stall_end: rank 1 stuck, DISTRIB_STALL_TIMEOUT=4', secs)
+    s = summary(r)
+    assert r.returncode == 1, s + r.stderr[-3000:]
+    assert re.match(rf"distrib.launch: rank 1 failed \(exit code 1\): did not arrive: it is alive and has been there "
+                    rf"for \d s in {re.escape(B3)} \(reported by rank 1\)", s), s
+    assert STUCK_LINE in r.stderr and "Rank 0's main thread" in r.stderr, r.stderr[-3000:]
+    assert 4 <= secs < 4 + 10, secs
     assert not orphans(r.tag), orphans(r.tag)

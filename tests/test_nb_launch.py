@@ -60,3 +60,42 @@ def test_own_connection_reset_is_the_cause():
     with pytest.raises(ConnectionResetError) as info: notebook_launch(reset_on_rank0, nprocs=2, timeout=120)
     assert 'rank 0 of 2' in info.value.__notes__[0]
     assert time.time() - start < 60
+
+class Branchy(nn.Module):
+    "A linear model with a branch that rank 1's batches skip from batch 3 on (`skip`): DDP raises on rank 1 only"
+    skip = False
+    def __init__(self):
+        super().__init__()
+        self.lin, self.branch = nn.Linear(3, 1), nn.Linear(3, 1)
+    def forward(self, x): return self.lin(x) if Branchy.skip else self.lin(x) + self.branch(x)
+
+class SkipBranch(Callback):
+    def before_batch(self):
+        if self.learn.training and self.learn.iter == 3 and rank_distrib() == 1:
+            print(f"FAULT_AT {time.time()}", flush=True)
+            Branchy.skip = True
+
+def caught_then_gather():
+    "DDP's one-rank error caught outside distrib_ctx, then a gather_object, as a sweep or retry loop would"
+    x = torch.randn(800, 3); y = x.sum(1, keepdim=True)
+    dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=4), DataLoader(TensorDataset(x, y), batch_size=8))
+    learn = Learner(dls, Branchy(), nn.functional.mse_loss)
+    learn.progress.enabled = False
+    try:
+        with learn.distrib_ctx(timeout=60): learn.fit(1, cbs=SkipBranch())
+    except RuntimeError: pass
+    from distrib import gather_object
+    return gather_object(rank_distrib())
+
+def test_caught_one_rank_error_deadlock_ends_in_seconds(capfd):
+    """Under notebook_launch as under distrib.launch: rank 1 catches DDP's error and goes on to gather_object while
+    rank 0 waits in the gradient all-reduce (collective timeout 60 s); the caller gets rank 0's RanksDivergedError
+    naming both positions and the exception, within seconds"""
+    from distrib import RanksDivergedError
+    with pytest.raises(RanksDivergedError, match="rank 0 waits in backward .* but rank 1 left distrib_ctx by an "
+                       "exception.* it is now in the collective gather_object.* It started when rank 1 left "
+                       "distrib_ctx by RuntimeError: Expected to have finished reduction"):
+        notebook_launch(caught_then_gather, nprocs=2, timeout=120, start_method='fork')
+    end = time.time()
+    fault = float(capfd.readouterr().out.split('FAULT_AT ')[1].split()[0])
+    assert end - fault < 15, end - fault

@@ -14,6 +14,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousError
 from ..runtime.errors import ErrorRecord, Failure, root_failure
 from ..runtime.procs import reaping_stopped_children
+from ..runtime.stalls import last_positions, mismatch, positions_text
 from .cli import (LaunchError, wants_help, help_text, build_args, check_values, cpu_warning, _nodes,
                                 _split_argv, _parse)
 
@@ -107,6 +108,11 @@ def failure_summary(e:ChildFailedError)->str:
         if code == -signal.SIGTERM and root.own: code = root.job_exit_code  # stopped while exiting: a peer ended first
         code = '' if code is None else f" (exit code {code})"
         lines = [f"distrib.launch: rank {root.rank} failed{code}: {indent(root.text)}"]
+        hbs = getattr(e, 'positions', None)  # set by `_run`: what the ranks last published (issue 23)
+        if root.record is None and root.exitcode is not None and root.exitcode < 0 and hbs:
+            lines.append(f"distrib.launch:   the ranks' last positions (at most 1 s old): {positions_text(hbs)}")
+            why = mismatch(hbs)
+            if why: lines.append(f"distrib.launch:   they show that {why}")
     for f in fs:
         if f.rank == root.rank: continue
         r = f.record
@@ -179,14 +185,18 @@ def waiting_line(args)->str|None:
 
 def _run(args, verbose:bool):
     "Run the job of torchrun's `args` (as torchrun's `run` does, less its own choice of rendezvous)"
-    with torchrun_logs(verbose), local_store(args), run_log_dir(args):
+    with torchrun_logs(verbose), local_store(args) as store, run_log_dir(args):
         if args.master_port is None: args.master_port = 29500
         try: config, cmd, cmd_args = torchrun.config_from_args(args)
         except (ValueError, AssertionError, RuntimeError) as e: raise LaunchError(str(e)) from None
         line = waiting_line(args)
         if line: print(line, file=sys.stderr, flush=True)
         os.environ['DISTRIB_LAUNCHER_PID'] = str(os.getpid())  # the workers die with this process (runtime.procs)
-        with reaping_stopped_children(): elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
+        try:
+            with reaping_stopped_children(): elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
+        except ChildFailedError as e:  # the positions the ranks last published, read while this process's store lives
+            if store is not None: e.positions = last_positions(store, config.max_restarts)
+            raise
 
 def main(argv:list|None=None)->int:
     "Run `python -m distrib.launch` with arguments `argv` (default `sys.argv[1:]`); returns the job's exit code"

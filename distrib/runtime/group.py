@@ -13,6 +13,7 @@ from .errors import PeerFailedError
 from .position import doing, long_phase
 from .liveness import start_liveness, set_group_state, running as liveness_running
 from .waits import store_barrier, announce, wait_for
+from . import stalls as _stalls  # adds the watchdog's deadlock and stall checks
 
 # %% auto #0
 __all__ = ['DEFAULT_TIMEOUT', 'default_backend', 'setup_distrib', 'ensure_distrib', 'distrib_timeout', 'group_timeout',
@@ -219,8 +220,10 @@ def rank0_first(func, *args, **kwargs):
     """Run `func(*args, **kwargs)` on rank 0, then, once it returned, on every other rank; return its result.
     In a world of one it is called once. Creates the process group on first need. If `func` raises on rank 0, the
     exception propagates there and every other rank raises `PeerFailedError` naming it. Raises what `setup_distrib`
-    raises, and what `rank0_only` raises while the others wait (but a stall: rank 0 is in a declared long phase)."""
+    raises, and what `rank0_only` raises while the others wait (but a stall: rank 0 is in a declared long phase; so
+    are the other ranks while they run `func`)."""
     if not ensure_distrib(): return func(*args, **kwargs)
     name = getattr(func, '__qualname__', getattr(func, '__name__', repr(func)))
     res = rank0_only(lambda: func(*args, **kwargs), f"run {name} (rank0_first)")
-    return res if dist.get_rank() == 0 else func(*args, **kwargs)
+    if dist.get_rank() == 0: return res
+    with long_phase(f"run {name} (rank0_first) after rank 0"): return func(*args, **kwargs)  # reading a cache

@@ -47,9 +47,13 @@ def running()->bool:
     "True when this process publishes heartbeats and watches its peers (`start_liveness` succeeded)"
     return _Job.dog is not None and _Job.dog.is_alive()
 
-def remember_position():
-    "Note where the main thread is, for the report of the exception now leaving `distrib_ctx` (`where_now`)"
+def remember_position(e:BaseException|None=None, # the exception leaving `distrib_ctx`, published in the heartbeat
+                     ):
+    """Note where the main thread is, for the report of the exception `e` now leaving `distrib_ctx` (`where_now`);
+    the heartbeat then says that this rank left the context by `e`, and where (the peers' deadlock check reads it)"""
     _Here.failed_at = describe(position())
+    if e is not None: _Here.left = {'error': f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0][:200]}",
+                                    'where': _Here.failed_at}
 
 def where_now()->str|None:
     "Where this rank is, in words; where it was when an exception left `distrib_ctx`, if one did; None: nowhere known"
@@ -118,6 +122,8 @@ def _parse(raw:bytes)->dict:
     except ValueError: return {}
     return hb if isinstance(hb, dict) else {}
 
+_CHECKS = []  # more checks of a tick, `check(watchdog, now)`, once its peers are known alive: `runtime.stalls` adds its
+
 class _Watchdog(threading.Thread):
     "This rank's heartbeat and watchdog: a daemon thread with its own client of the job's store"
     def __init__(self, store, world:World, timeout:float):
@@ -137,7 +143,7 @@ class _Watchdog(threading.Thread):
         if key != self.pos_key: self.pos, self.pos_key, self.pos_since = p, key, now
         self.beat += 1
         return dict(self.me, beat=self.beat, state=_Here.state, code=_Here.code, group=_Here.group, pos=p,
-                    age=round(now - self.pos_since, 1), cancels=_Here.cancels)
+                    age=round(now - self.pos_since, 1), cancels=_Here.cancels, left=_Here.left, colls=_Here.colls)
 
     def run(self):
         while not self.halt.is_set():
@@ -174,6 +180,7 @@ class _Watchdog(threading.Thread):
                 hb = _parse(self.store.get(f'hb/{r}'))
                 how = peer_verdict(hb, now - since, me, self.timeout, proc_state(hb, self.me))
             if how is not None: return self.peer_failed(r, how, hb)
+        for check in _CHECKS: check(self, now)  # distrib.runtime.stalls: deadlocks and stalls
 
     def peer_failed(self, r:int, how:str, hb:dict):
         "Peer `r` (last heartbeat `hb`) failed this rank: report it and end"
@@ -218,6 +225,11 @@ def _connect(host:str, port:int, prefix:str)->dist.Store:
     s = dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
     return dist.PrefixStore(prefix, s)
 
+def _announce():
+    "Publish, from the main thread, the distrib collective it enters now: the launcher reads it after a crash in it"
+    try: _Job.main.set(f'at/{_Job.world.rank}', json.dumps({'pos': position(), 'colls': _Here.colls}))
+    except Exception: pass  # the store is gone: the watchdog ends this rank; the collective fails by itself
+
 def start_liveness(world:World|None=None,     # this process's place; default `current_world()`
                    record_path:str|None=None, # where the watchdog writes this rank's ErrorRecord; default torchrun's
                   )->bool:                    # True when the heartbeat and watchdog run
@@ -238,6 +250,7 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
         return False
     _Job.world, _Job.main, _Job.record_path = world, main, record_path
     _Job.dog = _Watchdog(own, world, timeout)
+    _Here.announce = _announce
     atexit.register(stop_liveness)
     _Job.dog.start()
     return True
@@ -245,7 +258,7 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
 def reset_liveness():
     "Forget what this process's liveness state says (a forked worker starts with its parent's): no watchdog, no group"
     for k, v in dict(learn=None, ops=(), group='none', state='running', code=None, cancels=0, barriers=0,
-                     reported=False, failed_at=None).items(): setattr(_Here, k, v)
+                     reported=False, failed_at=None, left=None, colls=0, announce=None).items(): setattr(_Here, k, v)
     _Job.world = _Job.main = _Job.dog = _Job.record_path = _Job.addr = None
 
 def script_ended(code:int):

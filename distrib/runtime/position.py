@@ -22,15 +22,24 @@ class _Here:
     barriers = 0       # store barriers entered (`store_barrier`)
     reported = False   # this process reported its failure (`report_failure`)
     failed_at = None   # where the main thread was when an exception left `distrib_ctx` (`remember_position`)
+    left = None        # {'error': 'Type: message', 'where': ...}: the exception that left `distrib_ctx`, if one did
+    colls = 0          # distrib collectives entered: what tells two of them apart in a position's `id`
+    announce = None    # called as each distrib collective starts (`start_liveness`: publishes where, for a crash)
 
 @contextmanager
 def doing(kind:str,        # 'setup', 'collective', 'barrier' or 'phase'
           name:str,        # what, in words: 'all_reduce_sum', "Learner.save's barrier", ...
           ident=None,      # what tells two instances apart (a barrier's number); default None
          ):
-    "Context manager: this rank's position says it is doing `name` inside the block"
+    """Context manager: this rank's position says it is doing `name` inside the block. A 'collective' without
+    `ident` gets the number of distrib collectives this process entered, so that two ranks in the collective of
+    the same name at different points of their scripts (the k-th against the (k+1)-th) are told apart."""
+    if kind == 'collective' and ident is None:
+        _Here.colls += 1
+        ident = _Here.colls
     prev = _Here.ops
     _Here.ops = prev + ((kind, name, ident),)  # a new tuple: the watchdog thread never sees one half-changed
+    if kind == 'collective' and _Here.announce is not None: _Here.announce()
     try: yield
     finally: _Here.ops = prev
 
@@ -45,7 +54,7 @@ def long_phase(name:str, # the phase in words: 'downloading the data set', "eval
 def track(learn):
     "Report the position of `learn`'s loop in this rank's heartbeat (None: stop); `DistributedTrainer` calls it"
     _Here.learn = learn
-    if learn is not None: _Here.failed_at = None  # a new context: what an earlier one left is old news
+    if learn is not None: _Here.failed_at = _Here.left = None  # a new context: what an earlier one left is old news
 
 _BATCH_EVENTS = set('before_batch after_pred after_loss before_backward after_cancel_backward after_backward '
                     'before_step after_cancel_step after_step after_cancel_batch after_batch batch backward step '

@@ -12,6 +12,7 @@ from ..runtime.world import current_world, pg_initialized
 from ..runtime.group import setup_distrib, distrib_timeout, group_timeout, DEFAULT_TIMEOUT
 from ..runtime.liveness import remember_position
 from ..runtime.waits import explain_failure
+from ..runtime.stalls import check_stall_timeout, stall_timeout_for
 from ..learner import Learner
 from .ddp import DistributedTrainer, _check_kwargs, _device_for
 
@@ -100,6 +101,7 @@ def distrib_ctx(self:Learner,
                 comm_hook_state=None,   # the hook's state; default: `DistributedTrainer`'s
                 strategy:str='ddp',     # 'ddp' (DistributedDataParallel) or 'fsdp' (FSDP2 sharding)
                 compile:bool|dict|None=None, # torch.compile after wrapping: True or its options
+                stall_timeout:float|None=None, # seconds a rank may stay stuck while others wait before the job ends
                 **kwargs):              # the strategy's options: DDP's (find_unused_parameters, ...) or FSDP's
     """Context manager: in a world of several processes, create the process group if none exists (it then lives
     until the process ends) and `to_distributed` on entry, `detach_distributed` on exit, also when the body raises;
@@ -107,8 +109,12 @@ def distrib_ctx(self:Learner,
     option the strategy or `torch.compile` does not take (checked first, also in a single process),
     `RuntimeError` for a `backend` other than an existing group's, and what `setup_distrib`, `distrib_timeout` and
     `to_distributed` raise. An error raised inside a collective is re-raised as the `CollectiveTimeoutError` or
-    `PeerFailedError` that names the ranks at fault (`explain_failure`)."""
+    `PeerFailedError` that names the ranks at fault (`explain_failure`). A stall (a rank stuck outside any collective
+    while others wait for it) is reported after `distrib.runtime.stalls.stall_report_after()` seconds; with
+    `stall_timeout` (a number > 0, else `ValueError`; default `DISTRIB_STALL_TIMEOUT`, else none) it ends the job
+    after that many seconds of it."""
     _trainer(strategy, device, sync_bn, comm_hook, comm_hook_state, compile, kwargs)
+    stall_timeout = check_stall_timeout(stall_timeout)
     world = current_world()
     if world.world_size == 1:
         yield self
@@ -116,12 +122,12 @@ def distrib_ctx(self:Learner,
     _check_backend(backend)
     created = setup_distrib(_device_for(self.model, device), backend=backend,
                             timeout=DEFAULT_TIMEOUT if timeout is None else timeout, world=world)
-    with distrib_timeout(None if created else timeout), _collect_on_exit() as must_go:
+    with distrib_timeout(None if created else timeout), stall_timeout_for(stall_timeout), _collect_on_exit() as must_go:
         self.to_distributed(device, sync_bn, comm_hook, comm_hook_state, strategy, compile, **kwargs)
         must_go.append(weakref.ref(self.model))   # the DDP wrapper (or FSDP's sharded copy): freed on exit
         try: yield self
         except BaseException as e:
-            remember_position()  # before detaching: the loop's position is still known
+            remember_position(e)  # before detaching: the loop's position is still known
             err = explain_failure(e, group_timeout())
             if err is not e: raise err from e
             raise

@@ -6,7 +6,15 @@ past the collective timeout: rank 0 waits in the gradient all-reduce), `barrier`
 `cancel_batch` (raise it on rank 1 only), `save0` (rank 0 calls `learn.save` alone, the `if rank == 0:` habit),
 `exit0` (rank 1 exits with code 0 before set-up), `ignore_term` (rank 0 raises while rank 1, which ignores
 SIGTERM, sleeps), `freeze_peer` (rank 0 raises while rank 1 is frozen), `reset0` (rank 0's own
-ConnectionResetError in `rank0_first`'s function), `pipe0` (rank 0's own BrokenPipeError: a write to a closed pipe).
+ConnectionResetError in `rank0_first`'s function), `pipe0` (rank 0's own BrokenPipeError: a write to a closed pipe),
+`caught_gather` (the model's branch runs on rank 0's data only at batch 3, so DDP raises on rank 1; the script
+catches the error outside `distrib_ctx` and goes on to `gather_object` while rank 0 waits in the gradient
+all-reduce), `caught_sleep` (the same, then rank 1 sleeps: it left the context by an exception), `stall_report`
+(long but healthy phases: a 4 s `rank0_first` on rank 0, a 4 s first step on rank 1, a 4 s declared long phase on
+rank 0 before a barrier after `fit`; and one stall: rank 1 sleeps 5 s in a callback at batch 3, then goes on; the job
+ends well), `stall_end` (rank 1 sleeps 600 s in a callback: `DISTRIB_STALL_TIMEOUT` ends the job), `skew` (rank 1
+alone calls `all_reduce_mean` at `after_epoch`, of the Recorder's size: the ranks' collectives pair wrongly from then
+on), `skew_abort` (the same, of another size: gloo aborts a process).
 The rank at fault prints `FAULT_AT <time.time()>` just before the fault. Files go to `$FAULT_DIR` (default: a new
 temporary directory).
 """
@@ -15,10 +23,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from distrib import (Learner, DataLoaders, Callback, rank_distrib, distrib_barrier, setup_distrib, teardown_distrib,
-                     rank0_first, CancelFitException, CancelEpochException, CancelBatchException)
+                     rank0_first, gather_object, long_phase, all_reduce_mean, CancelFitException, CancelEpochException,
+                     CancelBatchException)
 
 mode, timeout = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 60.
 rank = int(os.environ['RANK'])
+SKEW = 1000 if mode == 'skew_abort' else 3  # the size of the skewed all_reduce_mean (3: as the Recorder's)
 
 def mark(): print(f"FAULT_AT {time.time()}", flush=True)
 
@@ -31,12 +41,15 @@ def fault():
     if mode == 'sigkill': os.kill(os.getpid(), signal.SIGKILL)
     if mode == 'freeze': os.kill(os.getpid(), signal.SIGSTOP)
     if mode == 'sigint': os.kill(os.getpid(), signal.SIGINT); time.sleep(5)
+    if mode == 'stall_report': time.sleep(5); return  # STALL_LINE: the line a stall report shows
     if mode.startswith('cancel_'):
         raise {'fit': CancelFitException, 'epoch': CancelEpochException, 'batch': CancelBatchException}[mode[7:]]()
     time.sleep(600)  # 'hang', 'barrier': stuck far past the timeout
 
 class Fault(Callback):
     def before_batch(self):
+        first = self.learn.training and self.learn.iter == 0 and self.learn.epoch == 0
+        if mode == 'stall_report' and rank == 1 and first: time.sleep(4)  # a slow first step (a compile): no stall
         if not self.learn.training or self.learn.iter != 3 or self.learn.epoch != 0: return
         if mode in ('ignore_term', 'freeze_peer'):
             if rank == 1:
@@ -44,7 +57,12 @@ class Fault(Callback):
                 os.kill(os.getpid(), signal.SIGSTOP)
             time.sleep(1)  # rank 1 sleeps (or is frozen) by now
             mark(); raise ValueError('bad batch on purpose')
-        if rank == 1 and mode not in ('save0', 'pipe0'): fault()
+        if mode.startswith('caught_'):  # rank 1's data does not reach the model's branch (Branchy.skip)
+            if rank == 1: mark(); Branchy.skip = True
+            return
+        if rank == 1 and mode not in ('save0', 'pipe0', 'skew', 'skew_abort'): fault()
+    def after_epoch(self):
+        if mode.startswith('skew') and rank == 1 and self.learn.epoch == 0: mark(); all_reduce_mean(torch.ones(SKEW))
     def after_batch(self):
         if rank != 0 or not self.learn.training or self.learn.iter != 3 or self.learn.epoch != 0: return
         if mode == 'save0': mark(); self.learn.save('rank0_only')
@@ -54,19 +72,39 @@ class Fault(Callback):
 
 def download():
     if rank == 0 and mode == 'reset0': mark(); raise ConnectionResetError(104, 'Connection reset by peer')
+    if mode == 'stall_report' and rank == 0: time.sleep(4)  # a long download while rank 1 waits: no stall
     return 'data'
+
+class Branchy(nn.Module):
+    "A linear model with a branch that a batch may skip (`skip`): DDP then never reduces the branch's gradients"
+    skip = False
+    def __init__(self):
+        super().__init__()
+        self.lin, self.branch = nn.Linear(3, 1), nn.Linear(3, 1)
+    def forward(self, x): return self.lin(x) if Branchy.skip else self.lin(x) + self.branch(x)
 
 x = torch.randn(800, 3, generator=torch.Generator().manual_seed(0)); y = x.sum(1, keepdim=True)
 dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=4), DataLoader(TensorDataset(x, y), batch_size=8))
-learn = Learner(dls, nn.Linear(3, 1), nn.functional.mse_loss, path=os.environ.get('FAULT_DIR') or tempfile.mkdtemp())
+model = Branchy() if mode.startswith('caught_') else nn.Linear(3, 1)
+learn = Learner(dls, model, nn.functional.mse_loss, path=os.environ.get('FAULT_DIR') or tempfile.mkdtemp())
 learn.progress.enabled = False
 # a short timeout also bounds the rendezvous: on a loaded machine one rank may start seconds after the other, so
 # first meet in a group with a long timeout (its teardown is a barrier), then create the short-timeout group together
 setup_distrib(timeout=120); teardown_distrib()
-if mode == 'reset0': rank0_first(download)
-with learn.distrib_ctx(timeout=timeout):
-    if mode == 'barrier':
-        if rank == 1: fault()
-        distrib_barrier()
-    learn.fit(2, cbs=Fault())
+if mode in ('reset0', 'stall_report'): rank0_first(download)
+try:
+    with learn.distrib_ctx(timeout=timeout):
+        if mode == 'barrier':
+            if rank == 1: fault()
+            distrib_barrier()
+        learn.fit(2, cbs=Fault())
+        if mode == 'stall_report':
+            if rank == 0:
+                with long_phase('writing a large state'): time.sleep(4)  # as Learner.save writes
+            distrib_barrier()
+except RuntimeError as e:  # a sweep, a retry loop, a batch-size finder: it goes on
+    if not mode.startswith('caught_'): raise
+    print(f"rank {rank} caught {type(e).__name__}: {str(e)[:60]}", flush=True)
+    if mode == 'caught_gather': gather_object(rank)
+    else: time.sleep(600)
 print(f"rank {rank} finished: the fault did not happen", flush=True)
