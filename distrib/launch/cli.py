@@ -178,6 +178,7 @@ def build_args(argv:list)->list:
 def _parse(targs:list):
     "torchrun's namespace for its argv `targs`; its parser's errors (a bad type, a missing value) as `LaunchError`"
     p = torchrun.get_args_parser()
+    if 'PET_MASTER_PORT' not in os.environ: p.set_defaults(master_port=None)  # older torch's default: 29500 (not free)
     def error(msg): raise LaunchError(f"{msg} (python -m distrib.launch --help lists the options)")
     p.error = error
     return p.parse_args(targs)
