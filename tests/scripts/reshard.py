@@ -1,28 +1,35 @@
 """Resume on another number of processes, in the middle of an epoch, with the same global batch:
-`python -m distrib.launch --nproc_per_node W reshard.py MODE DIR`.
+`python -m distrib.launch --nproc_per_node W reshard.py STEPS DIR`, STEPS one or more of the steps below joined by
+`+`, run in this order in the same processes.
 
 The data: 64 samples (a multiple of 1, 2 and 4: no padding), a global batch of 8 (each rank reads `8 // W`), 8
 steps per epoch, 4 epochs of Adam on a small MLP without dropout, `Checkpoint('ck', every_n_steps=5)`: step 20 is
 after batch 4 of epoch 2. Every training batch carries its dataset indices, which each rank records per (epoch,
 batch): the samples of each global step.
 
-MODE `ref`: the uninterrupted run; rank 0 writes DIR/ref.pt (weights, `recorder.values`, the samples of each step).
-MODE `kill`: the same run with DIR/ck; rank 1 prints `KILL_AT <time>` and SIGKILLs itself before batch 6 of
-epoch 2 (the job fails; the last checkpoint is step-20.pth). `ref+kill` does both, in this order.
-MODE `resume`: first a script that keeps the per-rank batch of the old world (another global batch) must be
-refused before any step; then the same fit resumes from DIR/ck on this job's W; rank 0 prints `FIRST_STEP <time>`
-at the first step after the resume, `MAXDIFF reshard weights <d> values <d>` against DIR/ref.pt, and `CHECK <name>
-OK` for: reshard_refused, reshard_resumed (the log line), reshard_samples (each global step after the resume read
-the samples of the uninterrupted run's), reshard_exact (weights and values within 1e-5)."""
-import os, signal, sys, time
+- `ref`: the uninterrupted run (DDP); rank 0 writes DIR/ref.pt (weights, `recorder.values`, the samples of each step).
+- `resume` (`resumefsdp`: under FSDP, from sharded checkpoints): first a script that keeps the per-rank batch of the
+  old world (another global batch) must be refused before any step; then the same fit resumes from DIR/ck on this
+  job's W; rank 0 prints `FIRST_STEP <time>` at the first step after the resume, `MAXDIFF reshard <W>-><W'> weights
+  <d> values <d>` against DIR/ref.pt, and `CHECK <name> OK` for: reshard_refused, reshard_resumed (the log line),
+  reshard_samples (each global step after the resume read the samples of the uninterrupted run), reshard_exact
+  (weights and values within 1e-5).
+- `kill` (`killfsdp`: under FSDP): the run with checkpoints in K/ck, K = DIR, or DIR/next after a `resume` (and its
+  W in K/old_world, DIR/ref.pt copied to K); rank 1 prints `KILL_AT <time>` and SIGKILLs itself before batch 6 of
+  epoch 2: the job fails, and the last checkpoint is step 20's. Always the last step.
+"""
+import os, shutil, signal, sys, time
 from pathlib import Path
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 from distrib import Learner, DataLoaders, Callback, Checkpoint, set_seed, current_world, gather_object, setup_distrib
+from distrib.state import full_model_state
+from distrib.saving import unwrap_model
 
-mode, tmp = sys.argv[1], Path(sys.argv[2])
+steps, tmp = sys.argv[1].split('+'), Path(sys.argv[2])
+FSDP = dict(strategy='fsdp', shard_classes=nn.Linear)
 torch.set_num_threads(1)
 world = current_world()
 rank, W = world.rank, world.world_size
@@ -35,20 +42,26 @@ class Samples(Callback):
     def after_step(self):
         if self.first is None: self.first = time.time()
     def after_batch(self):
-        if self.learn.training: self.mine.append((self.learn.epoch, self.learn.iter, self.learn.yb[1].tolist()))
+        if self.learn.training: self.mine.append((self.learn.epoch, self.learn.iter, self.learn.xb[1].tolist()))
     def after_fit(self):
         self.steps = {}
         for part in gather_object(self.mine):
             for e, i, idx in part: self.steps.setdefault((e, i), []).extend(idx)
         self.steps = {k: sorted(v) for k, v in self.steps.items()}
 
+class MLP(nn.Module):
+    "A small MLP whose input is a batch and its dataset indices (which it ignores)"
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    def forward(self, x, idx): return self.net(x)
+
 def make_learner(bs=G // W, cbs=()):
     set_seed(0)
     x = torch.randn(N + 16, 6); y = (x @ torch.randn(6, 3)).argmax(1); i = torch.arange(N + 16)
-    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
-    dls = DataLoaders(DataLoader(TensorDataset(x[:N], y[:N], i[:N]), batch_size=bs, shuffle=True),
-                      DataLoader(TensorDataset(x[N:], y[N:], i[N:]), batch_size=8))
-    learn = Learner(dls, model, lambda pred, y, idx: F.cross_entropy(pred, y), lr=1e-2, path=tmp,
+    dls = DataLoaders(DataLoader(TensorDataset(x[:N], i[:N], y[:N]), batch_size=bs, shuffle=True),
+                      DataLoader(TensorDataset(x[N:], i[N:], y[N:]), batch_size=8))
+    learn = Learner(dls, MLP(), F.cross_entropy, lr=1e-2, path=tmp,
                     opt_func=torch.optim.Adam, cbs=[Samples(), *cbs])
     learn.progress.enabled = False
     return learn
@@ -64,38 +77,54 @@ class KillAt(Callback):
             print(f"KILL_AT {time.time()}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
-if 'ref' in mode:
-    ref = make_learner()
-    with ref.distrib_ctx(): ref.fit(4)
-    if rank == 0: torch.save({'model': ref.model.state_dict(), 'values': ref.recorder.values,
-                              'steps': ref.samples.steps}, tmp/'ref.pt')
-if 'kill' in mode:
-    learn = make_learner(cbs=[KillAt()])
-    with learn.distrib_ctx(): learn.fit(4, cbs=Checkpoint('ck', every_n_steps=5))
-    raise AssertionError("rank 1 was not killed")
-if mode == 'resume':
-    old_w = torch.load(sorted((tmp/'ck').iterdir())[-1], weights_only=False)['world_size']
+def resume(ctx:dict):
+    old_w = int((tmp/'old_world').read_text())
     bad = make_learner(bs=G // old_w + (1 if old_w == W else 0))   # the old per-rank batch: another global batch
     w0 = [p.detach().clone() for p in bad.model.parameters()]
     try:
-        with bad.distrib_ctx(): bad.fit(4, cbs=Checkpoint('ck', every_n_steps=5))
+        with bad.distrib_ctx(**ctx): bad.fit(4, cbs=Checkpoint('ck', every_n_steps=5))
         msg = ''
     except ValueError as e: msg = str(e)
     check('reshard_refused', f'with a global batch of {G} ({old_w} processes x {G // old_w})' in msg and
-          'step-20.pth' in msg and all(torch.equal(p, q) for p, q in zip(bad.model.parameters(), w0)), msg)
+          'step-20' in msg and all(torch.equal(p, q) for p, q in zip(bad.model.parameters(), w0)), msg)
     learn, lines = make_learner(), []
     learn.logger = lines.append
     ck = Checkpoint('ck', every_n_steps=5)
-    with learn.distrib_ctx(): learn.fit(4, cbs=ck)
+    with learn.distrib_ctx(**ctx): learn.fit(4, cbs=ck)
     if rank == 0: print(f"FIRST_STEP {learn.samples.first}", flush=True)
     procs = f"{W} process" + ('es' if W > 1 else '')
     want = f"(epoch 2, batch 4 of 8, written by {old_w} processes), now on {procs}, global batch {G} kept"
-    check('reshard_resumed', ck.resumed_from.name == 'step-20.pth' and lines[0].endswith(want), (lines[:1], want))
+    check('reshard_resumed', ck.resumed_from.name == 'step-20' + ('' if ctx else '.pth') and
+          (rank != 0 or lines[0].endswith(want)), (lines[:1], want))
     ref = torch.load(tmp/'ref.pt', weights_only=False)
     got = learn.samples.steps
-    check('reshard_samples', min(got) == (2, 4) and len(got) == 4 + 8 + 8 and
-          all(v == ref['steps'][k] and len(v) == G for k, v in got.items()), sorted(got)[:3])
-    d = max((p - ref['model'][k]).abs().max().item() for k, p in learn.model.state_dict().items())
+    check('reshard_samples', min(got) == (2, 4) and len(got) == 4 + 8 and
+          all(v == ref['steps'][k] and len(v) == G for k, v in got.items()),
+          [(k, v, ref['steps'][k]) for k, v in sorted(got.items()) if v != ref['steps'][k]][:2] or len(got))
+    final = full_model_state(unwrap_model(learn.model), rank0_only=False)
+    d = max((p - ref['model'][k]).abs().max().item() for k, p in final.items())
     dv = max(abs(u - v) for ru, rv in zip(learn.recorder.values, ref['values']) for u, v in zip(ru, rv))
-    if rank == 0: print(f"MAXDIFF reshard {old_w}->{W} weights {d:.3g} values {dv:.3g}", flush=True)
+    if rank == 0:
+        print(f"MAXDIFF reshard {old_w}->{W}{' fsdp' if ctx else ''} weights {d:.3g} values {dv:.3g}", flush=True)
     check('reshard_exact', len(learn.recorder.values) == 4 and d <= 1e-5 and dv <= 1e-5, (d, dv))
+
+def kill(ctx:dict, k:Path):
+    if rank == 0:
+        k.mkdir(exist_ok=True)
+        (k/'old_world').write_text(str(W))
+        if k != tmp: shutil.copy(tmp/'ref.pt', k/'ref.pt')
+    learn = make_learner(cbs=[KillAt()])
+    learn.path = k
+    with learn.distrib_ctx(**ctx): learn.fit(4, cbs=Checkpoint('ck', every_n_steps=5))
+    raise AssertionError("rank 1 was not killed")
+
+for step in steps:
+    if step == 'ref':
+        ref = make_learner()
+        with ref.distrib_ctx(): ref.fit(4)
+        if rank == 0: torch.save({'model': ref.model.state_dict(), 'values': ref.recorder.values,
+                                  'steps': ref.samples.steps}, tmp/'ref.pt')
+    elif step in ('resume', 'resumefsdp'): resume(FSDP if step == 'resumefsdp' else {})
+    elif step in ('kill', 'killfsdp'):
+        kill(FSDP if step == 'killfsdp' else {}, tmp/'next' if any(s.startswith('resume') for s in steps) else tmp)
+    else: raise ValueError(f"unknown step {step!r}")
