@@ -38,8 +38,7 @@ def shard_idxs(n:int,            # number of samples in the dataset
     for a rank outside [0, world_size) or a world size below 1."""
     _check_world(rank, world_size)
     total = math.ceil(n/world_size)*world_size if pad else n
-    if shuffle: order = torch.randperm(n, generator=torch.Generator().manual_seed(seed+epoch))
-    else: order = torch.arange(n)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed+epoch)) if shuffle else torch.arange(n)
     if total > n: order = order[torch.arange(total) % n]   # the padding repeats the order's first entries
     return order[rank::world_size]
 
@@ -95,18 +94,16 @@ class DistributedDL:
         seed (int): base seed. Default 0.
         rank (int, optional): this rank, in [0, world_size). Default: `current_world().rank`.
         world_size (int, optional): number of ranks. Default: `current_world().world_size`.
-        pad (bool): pad to a multiple of `world_size` by wrapping around, so every rank has the same number of
-            batches (needed for training). False gives ranks up to one sample fewer, with no duplicates (for
+        pad (bool): pad to a multiple of `world_size` with the first samples of the epoch's order, so every rank
+            has the same number of batches (needed for training). False gives ranks up to one sample fewer, with no duplicates (for
             evaluation). Default True.
         drop_last (bool): drop this rank's last incomplete batch. Default False.
         **kwargs: passed to `torch.utils.data.DataLoader` (`num_workers`, `collate_fn`, `pin_memory`, ...).
 
-    `start_batch` (default 0): set it to `k` and the next iteration starts at batch `k` of the epoch's order,
-    without loading the batches before it; it then goes back to 0 (a run resumed in the middle of an epoch).
-    `start_at(m)` starts the next iteration after the first `m` samples of this rank's shard instead (`start_batch`
-    then reads the number of the first batch: the batches before it in an epoch, counted as `len` counts them). Iterating never
-    draws from torch's global generator: worker processes are seeded from `(seed, epoch, rank)` unless a
-    `generator` is passed.
+    `start_batch` (default 0): set it to `k` and the next iteration starts at batch `k` of the epoch's order, without
+    loading the batches before it, then it is 0 again (a resumed run); `start_at(m)`: after the first `m` samples of
+    this rank's shard. Iterating never draws from torch's global generator: worker processes are seeded from
+    `(seed, epoch, rank)` unless a `generator` is passed.
 
     Raises `ValueError` for a rank outside [0, world_size), a `batch_size` < 1 or an iterable-style dataset, and
     when an iteration starts with `start_batch` outside [0, len(self)] or `start_at` outside [0, n_shard].
@@ -176,8 +173,7 @@ class DistributedDL:
     def start_batch(self, k:int): self._next = ('batch', k)
 
     def start_at(self, m:int):
-        """Start the next iteration after the first `m` samples of this rank's shard (0 <= m <= n_shard, checked when
-        it starts): its batches are `batch_size` samples from there. A run resumed with another global batch"""
+        "Start the next iteration after the first `m` samples of this rank's shard (0 <= m <= n_shard, checked then)"
         self._next = ('sample', m)
 
     def _iter_idxs(self)->torch.Tensor:
@@ -253,9 +249,12 @@ class IterableShards:
 
     `dataset` and `batch_size` are `dl`'s; `rank`/`world_size` the process group's; `set_epoch(epoch)` calls the
     dataset's `set_epoch` when it has one (a stream that shuffles by epoch); `get_idxs()` numbers the rows of the
-    last pass as `iter_shard` orders the stream: `rank + j*world_size` for row `j`. Raises what `dl` and
+    last pass as `iter_shard` orders the stream: `rank + j*world_size` for row `j`. Set `start_batch` to `k` and the
+    next pass reads and drops its first `k` batches (a stream cannot seek). A `DataLoader` without a `generator` gets
+    one seeded from `(epoch, rank)` to start each pass, leaving torch's global generator alone. Raises what `dl` and
     `torch.distributed.all_reduce` raise."""
-    def __init__(self, dl, equal:bool=True): self.dl, self.equal, self.n_rows = dl, equal, 0
+    def __init__(self, dl, equal:bool=True):
+        self.dl, self.equal, self.n_rows, self.start_batch, self.epoch = dl, equal, 0, 0, 0
     @property
     def dataset(self): return self.dl.dataset
     @property
@@ -267,6 +266,7 @@ class IterableShards:
 
     def set_epoch(self, epoch:int):
         "Pass `epoch` to the dataset's `set_epoch`, if it has one"
+        self.epoch = epoch
         f = getattr(self.dl.dataset, 'set_epoch', None)
         if callable(f): f(epoch)
 
@@ -275,17 +275,25 @@ class IterableShards:
         return torch.arange(self.n_rows, dtype=torch.int64) * self.world_size + self.rank
 
     def __iter__(self):
-        self.n_rows = 0
-        for b in self._batches():
+        skip, self.start_batch, self.n_rows = self.start_batch, 0, 0
+        for i, b in enumerate(self._batches()):
             self.n_rows += _n_rows(b)
-            yield b
+            if i >= skip: yield b
+
+    def _iter_dl(self):
+        "An iterator over `dl` whose start draws nothing from torch's global generator (workers' base seed)"
+        if not isinstance(self.dl, DataLoader) or self.dl.generator is not None: return iter(self.dl)
+        h = int.from_bytes(hashlib.sha256(f'iterable,{self.epoch},{self.rank}'.encode()).digest()[:8], 'little')
+        self.dl.generator = torch.Generator().manual_seed(h >> 1)
+        try: return iter(self.dl)   # the DataLoader draws its workers' base seed here, and only here
+        finally: self.dl.generator = None
 
     def _batches(self):
         if not self.equal or self.world_size == 1:
-            yield from self.dl
+            yield from self._iter_dl()
             return
         dev = _comm_device()
-        for b in itertools.chain(self.dl, [_END]):
+        for b in itertools.chain(self._iter_dl(), [_END]):
             have = torch.tensor([b is not _END], dtype=torch.int64, device=dev)
             dist.all_reduce(have, op=dist.ReduceOp.MIN)
             if not have.item(): return

@@ -9,7 +9,8 @@ from pathlib import Path
 from ..runtime.world import current_world
 from ..runtime.clusters import requeue_slurm_job
 from ..runtime.collectives import gather_object, broadcast_object
-from ..data import DistributedDL
+from torch.utils.data import IterableDataset
+from ..data import DistributedDL, IterableShards
 from .core import Callback
 from ..files import save_file, load_file, on_rank0, remove_stale_temps, opt_type, check_opt_state
 from ..runtime.seed import get_random_states, set_random_states
@@ -25,6 +26,10 @@ from .checkpoint_files import (checkpoints, _remove_checkpoint, _remove_stale_di
 __all__ = ['Checkpoint']
 
 # %% ../../nbs/16b_checkpoint.ipynb #c251e1bc
+def _n_iter(dl)->int|None:
+    "Batches per epoch on each rank of training loader `dl`: None for an iterable one (`IterableShards`)"
+    return len(dl) if isinstance(dl, DistributedDL) else None
+
 class Checkpoint(Callback):
     """Write the whole training state regularly, and resume `fit` from the latest checkpoint, exactly; stop every
     rank at the same step on a stop signal, checkpointed (torchtitan's checkpoint manager, as a callback).
@@ -103,13 +108,16 @@ class Checkpoint(Callback):
                              "torchrun, --max_restarts)")
 
     def _use_sharded_loader(self):
-        "Make the training loader a `DistributedDL` for the fit, so that a resumed run can start mid-epoch"
+        """Make the training loader a `DistributedDL` for the fit (an `IterableShards` over an `IterableDataset`), so
+        that a resumed run can start mid-epoch"""
         dls = self.learn.dls
-        if isinstance(dls.train, DistributedDL): return
-        try: train = DistributedDL.from_dl(dls.train, rank=0, world_size=1)
-        except ValueError as e:
-            raise ValueError(f"Checkpoint needs a training loader that can start in the middle of an epoch: {e}; or "
-                             "pass a DistributedDL") from e
+        if isinstance(dls.train, (DistributedDL, IterableShards)): return
+        if isinstance(getattr(dls.train, 'dataset', None), IterableDataset): train = IterableShards(dls.train, False)
+        else:
+            try: train = DistributedDL.from_dl(dls.train, rank=0, world_size=1)
+            except ValueError as e:
+                raise ValueError(f"Checkpoint needs a training loader that can start in the middle of an epoch: {e}; "
+                                 "or pass a DistributedDL") from e
         self.learn.dls = DataLoaders(train, *dls.loaders[1:])
         def restore(): self.learn.dls = dls
         self.learn.on_fit_exit(restore)
@@ -159,8 +167,13 @@ class Checkpoint(Callback):
         sharded = file.suffix != '.pth'
         ck = _read_sharded(file) if sharded else self._read(file)
         dl = learn.dls.train
-        plan = _check_resumable(ck, file, self.world_size, len(dl), dl.batch_size*self.world_size, learn.n_epoch,
-                                self.allow_batch_change, dl.n, dl.shuffle)
+        plan = _check_resumable(ck, file, self.world_size, _n_iter(dl), dl.batch_size*self.world_size, learn.n_epoch,
+                                self.allow_batch_change, getattr(dl, 'n', None), getattr(dl, 'shuffle', False))
+        if plan['start'] and plan['start'][0] == 'sample' and not isinstance(dl, DistributedDL):
+            raise ValueError(f"{file} was written in the middle of an epoch with a global batch of {ck['global_batch']}"
+                             f", and this run's is {dl.batch_size*self.world_size}: an iterable training set resumes "
+                             "in the middle of an epoch only with the global batch that wrote it (it skips whole "
+                             "batches of its stream); keep it, or move the file away to resume from an epoch's end")
         if plan['note'] and self.rank == 0: warnings.warn(plan['note'])
         if sharded: self._load_sharded(file, ck)
         else: learn.load_model_state(ck, file=file)
@@ -210,9 +223,9 @@ class Checkpoint(Callback):
         mine = {'random': get_random_states(), 'callbacks': {k: cb.state_dict() for k, cb in cbs.items()}}
         ranks = gather_object(mine, dst=0) if self.shared else [mine]
         dl = learn.dls.train
-        ck = dict(format='distrib.Checkpoint', version=2, epoch=epoch, batch=batch, n_iter=len(dl),
+        ck = dict(format='distrib.Checkpoint', version=2, epoch=epoch, batch=batch, n_iter=_n_iter(dl),
                   n_steps=self.n_steps, n_epoch=learn.n_epoch, world_size=self.world_size,
-                  global_batch=dl.batch_size*self.world_size, n_samples=dl.n, ranks=ranks)
+                  global_batch=dl.batch_size*self.world_size, n_samples=getattr(dl, 'n', None), ranks=ranks)
         def check():
             for k, v in ranks[0]['callbacks'].items(): _check_weights_only(v, k)
         if not self._checked: self._on_rank0(check, "check the callbacks' states")
