@@ -5,10 +5,10 @@ sharded checkpoint). Each resumed job checks (tests/scripts/reshard.py) that a s
 is refused before a step, that every global step after the resume read the samples of the uninterrupted 2-process
 run, and the final weights and `recorder.values` against it (1e-5). Five launches in a chain (a job resumes, then
 starts the next killed run): run with `pytest -s` to see the MAXDIFF lines and the seconds from the kill to the
-first step after the resume (RESHARD lines)."""
-import re, shutil, time
+first step after the resume (RESHARD lines). Then a node lost under `--nnodes 1:2`: the survivor resumes alone."""
+import os, re, shutil, signal, socket, subprocess, sys, time
 import pytest
-from conftest import launch, checked, SCRIPTS
+from conftest import launch, checked, new_tag, orphans, SCRIPTS, ROOT
 
 JOB = SCRIPTS/'reshard.py'
 CHECKS = ('reshard_refused', 'reshard_resumed', 'reshard_samples', 'reshard_exact')
@@ -31,6 +31,7 @@ def chain(tmp_path_factory):
     (d/'a').mkdir()
     a = _run('ref+kill', d/'a', 2)
     assert 'KILL_AT' in a.stdout and (d/'a'/'ref.pt').exists(), a.text
+    a.ref = d/'a'/'ref.pt'
     shutil.copytree(d/'a', d/'c')
     b = _run('resume', d/'a', 1)
     c = _run('resume+kill', d/'c', 4)
@@ -50,3 +51,49 @@ def test_resume_mid_epoch_on_other_world(chain, case):
     secs = (killed.end - _stamp(killed.stdout, 'KILL_AT')) + (_stamp(resumed.stdout, 'FIRST_STEP') - resumed.start)
     print('\n' + re.search(r'^MAXDIFF .*$', resumed.stdout, re.M)[0] +
           f"\nRESHARD {case}: {secs:.1f} s from the kill to the first step after the resume")
+
+def _free_port()->int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+STORE = ("import sys, time, torch.distributed as d; s = d.TCPStore('127.0.0.1', int(sys.argv[1]), is_master=True, "
+         "wait_for_workers=False); time.sleep(float(sys.argv[2]))")
+
+def test_node_lost_survivor_finishes(chain, tmp_path):
+    """Two launchers on this machine as two nodes (`--nnodes 1:2 --nproc_per_node 1`, c10d rendezvous on localhost,
+    its store in a process of its own, `is_host=false`), `--max_restarts 3`: the node of rank 0 (launcher and worker)
+    SIGKILLed in the middle of epoch 2; the survivor's agent restarts its worker as a world of 1 after the
+    rendezvous' last call (3 s here), which resumes from step 20 with the global batch kept, ends as the
+    uninterrupted run (reshard.py's checks), and the survivor exits 0"""
+    shutil.copy(chain['2->1'][0].ref, tmp_path/'ref.pt')
+    port, tag = _free_port(), new_tag()
+    env = dict(os.environ, PYTHONUNBUFFERED='1', DISTRIB_TEST_TAG=tag)
+    store = subprocess.Popen([sys.executable, '-c', STORE, str(port), '150'], env=env)
+    cmd = [sys.executable, '-m', 'distrib.launch', '--nnodes', '1:2', '--nproc_per_node', '1', '--rdzv_backend', 'c10d',
+           '--rdzv_endpoint', f'127.0.0.1:{port}', '--rdzv_conf', 'is_host=false,last_call_timeout=3',
+           '--max_restarts', '3', str(JOB), 'elastic', str(tmp_path)]
+    logs = [tmp_path/f'node{i}.txt' for i in range(2)]
+    nodes = []
+    try:
+        for log in logs:
+            with open(log, 'w') as f: nodes.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
+                                                                    env=env, start_new_session=True))
+        end = time.monotonic() + 90
+        while not any('MIDEPOCH' in l.read_text() for l in logs) and time.monotonic() < end: time.sleep(0.2)
+        lost = next((i for i, l in enumerate(logs) if 'MIDEPOCH' in l.read_text()), None)
+        assert lost is not None, '\n'.join(l.read_text()[-3000:] for l in logs)
+        killed = time.time()
+        os.killpg(nodes[lost].pid, signal.SIGKILL)   # the node of rank 0: its launcher and its worker
+        rc = nodes[1 - lost].wait(timeout=120)
+    finally:
+        for p in nodes + [store]:
+            if p.poll() is None: p.kill()
+            p.wait(timeout=10)
+    out = logs[1 - lost].read_text()
+    assert rc == 0, out[-5000:]
+    assert 'ATTEMPT 1 WORLD 1' in out, out[-5000:]
+    for name in CHECKS: assert checked(out, name), (name, out[-5000:])
+    print('\n' + re.search(r'^MAXDIFF .*$', out, re.M)[0] + f"\nRESHARD node lost, 2->1: "
+          f"{_stamp(out, 'FIRST_STEP') - killed:.1f} s from the kill to the first step after the resume")
+    assert not orphans(tag), orphans(tag)

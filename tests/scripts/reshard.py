@@ -14,6 +14,10 @@ batch): the samples of each global step.
   <d> values <d>` against DIR/ref.pt, and `CHECK <name> OK` for: reshard_refused, reshard_resumed (the log line),
   reshard_samples (each global step after the resume read the samples of the uninterrupted run), reshard_exact
   (weights and values within 1e-5).
+- `elastic`: under `--nnodes 1:2`, one process per node: the first attempt trains as `kill` does (DIR/ck, DIR/old_world)
+  but slowly (0.3 s per step; rank 0 prints `MIDEPOCH <time>` after batch 5 of epoch 2), for the test to SIGKILL
+  the other node whole; a later attempt (the survivor's agent restarts it) runs `resume`, and prints `ATTEMPT <n>
+  WORLD <W>`.
 - `kill` (`killfsdp`: under FSDP): the run with checkpoints in K/ck, K = DIR, or DIR/next after a `resume` (and its
   W in K/old_world, DIR/ref.pt copied to K); rank 1 prints `KILL_AT <time>` and SIGKILLs itself before batch 6 of
   epoch 2: the job fails, and the last checkpoint is step 20's. Always the last step.
@@ -77,6 +81,13 @@ class KillAt(Callback):
             print(f"KILL_AT {time.time()}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
+class Slow(Callback):
+    "0.3 s per step; rank 0 prints MIDEPOCH after batch 5 of epoch 2"
+    def after_batch(self):
+        if not self.learn.training: return
+        time.sleep(0.3)
+        if rank == 0 and (self.learn.epoch, self.learn.iter) == (2, 5): print(f"MIDEPOCH {time.time()}", flush=True)
+
 def resume(ctx:dict):
     old_w = int((tmp/'old_world').read_text())
     bad = make_learner(bs=G // old_w + (1 if old_w == W else 0))   # the old per-rank batch: another global batch
@@ -125,6 +136,14 @@ for step in steps:
         if rank == 0: torch.save({'model': ref.model.state_dict(), 'values': ref.recorder.values,
                                   'steps': ref.samples.steps}, tmp/'ref.pt')
     elif step in ('resume', 'resumefsdp'): resume(FSDP if step == 'resumefsdp' else {})
+    elif step == 'elastic':
+        print(f"ATTEMPT {world.restart_count} WORLD {W}", flush=True)
+        if world.restart_count: resume({})
+        else:
+            if rank == 0: (tmp/'old_world').write_text(str(W))
+            learn = make_learner(cbs=[Slow()])
+            with learn.distrib_ctx(): learn.fit(4, cbs=Checkpoint('ck', every_n_steps=5))
+            raise AssertionError("the other node was not killed")
     elif step in ('kill', 'killfsdp'):
         kill(FSDP if step == 'killfsdp' else {}, tmp/'next' if any(s.startswith('resume') for s in steps) else tmp)
     else: raise ValueError(f"unknown step {step!r}")
