@@ -52,6 +52,15 @@ def test_resume_mid_epoch_on_other_world(chain, case):
     print('\n' + re.search(r'^MAXDIFF .*$', resumed.stdout, re.M)[0] +
           f"\nRESHARD {case}: {secs:.1f} s from the kill to the first step after the resume")
 
+def test_refused_checkpoint_not_restarted(chain, tmp_path):
+    """A checkpoint refused (another global batch) under `--max_restarts 2`: one attempt, the launcher says why it
+    does not restart, the job's exit code is 1"""
+    shutil.copytree(chain['2->1'][0].ref.parent, tmp_path/'run', ignore=shutil.ignore_patterns('next'))
+    r = launch(JOB, 'refuse', tmp_path/'run', nproc=1, launcher_args=('--max_restarts', '2'), timeout=90)
+    text = r.stdout + r.stderr
+    assert r.returncode == 1 and text.count('REFUSE ATTEMPT') == 1, text[-5000:]
+    assert 'distrib.launch: not restarting (2 restarts left): a restart cannot change ResumeError:' in text, text[-5000:]
+
 def _free_port()->int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))

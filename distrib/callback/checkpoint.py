@@ -20,7 +20,7 @@ from ..saving import unwrap_model, _model_device
 from .preemption import StopSignals, Preempted
 from .checkpoint_files import (checkpoints, _remove_checkpoint, _remove_stale_dirs, _to_bytes,
                                                _read_sharded, _stateful, _check_weights_only, _check_resumable,
-                                               _reshard_states)
+                                               _reshard_states, ResumeError)
 
 # %% auto #0
 __all__ = ['Checkpoint']
@@ -170,7 +170,7 @@ class Checkpoint(Callback):
         plan = _check_resumable(ck, file, self.world_size, _n_iter(dl), dl.batch_size*self.world_size, learn.n_epoch,
                                 self.allow_batch_change, getattr(dl, 'n', None), getattr(dl, 'shuffle', False))
         if plan['start'] and plan['start'][0] == 'sample' and not isinstance(dl, DistributedDL):
-            raise ValueError(f"{file} was written in the middle of an epoch with a global batch of {ck['global_batch']}"
+            raise ResumeError(f"{file} was written in the middle of an epoch with a global batch of {ck['global_batch']}"
                              f", and this run's is {dl.batch_size*self.world_size}: an iterable training set resumes "
                              "in the middle of an epoch only with the global batch that wrote it (it skips whole "
                              "batches of its stream); keep it, or move the file away to resume from an epoch's end")

@@ -12,7 +12,7 @@ from ..learner import Learner
 from ..recorder import Recorder
 
 # %% auto #0
-__all__ = ['checkpoints']
+__all__ = ['checkpoints', 'ResumeError']
 
 # %% ../../nbs/16a_checkpoint_files.ipynb #a6c91314
 _CKPT_RE = re.compile(r'step-(\d+)(\.pth)?')
@@ -80,6 +80,12 @@ def _keepers(G:int, upto:int=64)->str:
     ws = [w for w in range(1, min(G, upto) + 1) if G % w == 0]
     return ', '.join(map(str, ws)) + (', ...' if G > upto else '')
 
+class ResumeError(ValueError):
+    """A checkpoint that cannot resume in this run (a `ValueError` that names the checkpoint and what to change). The
+    same settings would refuse it again, so `python -m distrib.launch` does not restart a job that failed with it
+    (`restartable = False`: any exception class may say so)"""
+    restartable = False
+
 def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batch:int, n_epoch:int,
                      allow_batch_change:bool=False, n_samples:int|None=None, shuffle:bool=False)->dict:
     """Decide how checkpoint `ck` (read from `file`) resumes a fit of `n_epoch` epochs of `n_iter` batches per rank
@@ -88,12 +94,12 @@ def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batc
     start the resumed epoch at batch k; ('sample', m): after the first m samples of each rank's shard), `log` (the
     line that says where the run resumed).
 
-    Raises `ValueError`, naming the checkpoint and what to change, for a file that is not a `Checkpoint`'s, for a
+    Raises `ResumeError` (a `ValueError`), naming the checkpoint and what to change, for a file that is not a `Checkpoint`'s, for a
     global batch that differs from the checkpoint's unless `allow_batch_change` (with the world sizes that keep it),
     and for a mid-epoch checkpoint whose epochs had another number of batches with the same global batch (another
     data set), or that an older version wrote with an order that depended on the world size."""
     if not isinstance(ck, dict) or ck.get('format') != 'distrib.Checkpoint':
-        raise ValueError(f"{file} is not a checkpoint written by distrib's Checkpoint (a learn.save file?): move it "
+        raise ResumeError(f"{file} is not a checkpoint written by distrib's Checkpoint (a learn.save file?): move it "
                          f"out of {file.parent}, or pass Checkpoint another path")
     W, e, b, n, G = ck['world_size'], ck['epoch'], ck['batch'], ck['n_iter'], ck['global_batch']
     procs, W2 = _plural(W, 'process'), world_size
@@ -103,20 +109,20 @@ def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batc
                                                                       f" (was {G})"))
     notes, start = [], None
     if G != global_batch and not allow_batch_change:
-        raise ValueError(
+        raise ResumeError(
             f"{where} with a global batch of {G} ({procs} x {G // W}), and this run's is {global_batch} "
             f"({_plural(W2, 'process')} x {global_batch // W2}): its steps would not be the interrupted run's. Keep "
             f"the global batch: give each rank {G} // world_size samples per batch, on a number of processes that "
             f"divides {G} ({_keepers(G)}); or pass Checkpoint(allow_batch_change=True) to resume at the same sample "
             f"position with the new global batch")
     if b and ck.get('version', 1) < 2 and W != W2 and shuffle and n_samples is not None and n_samples % W:
-        raise ValueError(f"{where}, in the middle of an epoch, by a version of distrib whose order of an epoch "
+        raise ResumeError(f"{where}, in the middle of an epoch, by a version of distrib whose order of an epoch "
                          f"depended on the number of processes when it did not divide the {n_samples} samples: "
                          f"resume it with {procs}, or move {file.name} out of {file.parent} to resume from an earlier "
                          f"checkpoint, written at the end of an epoch")
     if b and G == global_batch:
         if n != n_iter:
-            raise ValueError(f"{where}, in the middle of an epoch of {n} batches of {G} samples, and this run's epochs "
+            raise ResumeError(f"{where}, in the middle of an epoch of {n} batches of {G} samples, and this run's epochs "
                              f"have {n_iter} with the same global batch: another data set? Resume with the data that "
                              f"wrote it, or move {file.name} out of {file.parent}")
         start = ('batch', b)

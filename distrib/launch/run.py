@@ -4,10 +4,11 @@
 
 # %% ../../nbs/11b_launch_run.ipynb #3ee2763d
 from __future__ import annotations
-import os, sys, errno, shutil, signal, socket, logging, datetime, tempfile
+import os, sys, errno, shutil, signal, socket, logging, datetime, tempfile, pickle
 from contextlib import contextmanager
 import torch.distributed as dist
 from torch.distributed import run as torchrun
+from torch.distributed.launcher import api as launcher_api
 from torch.distributed.launcher.api import elastic_launch
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -19,7 +20,7 @@ from .cli import (LaunchError, wants_help, help_text, build_args, check_values, 
 
 # %% auto #0
 __all__ = ['localhost_store', 'local_store', 'run_log_dir', 'failures', 'failure_summary', 'distinct_tracebacks', 'torchrun_logs',
-           'waiting_line', 'main']
+           'waiting_line', 'final_failure', 'main']
 
 # %% ../../nbs/11b_launch_run.ipynb #fc8ac2b4
 def _listen(host:str, port:int, what:str)->socket.socket:
@@ -176,6 +177,35 @@ def waiting_line(args)->str|None:
     return (f"distrib.launch: {me} waits up to {wait} s for all {nodes} of --nnodes {args.nnodes} to join the "
             f"rendezvous at {where} ({opt} to change)")
 
+def final_failure(failures:dict)->str|None:
+    """The summary of the first failure in `failures` (local rank -> torchrun's `ProcessFailure`) whose exception
+    says that a restart cannot change it (its class has `restartable = False`, as `ResumeError`), else None"""
+    for rank, f in sorted(failures.items()):
+        rec = ErrorRecord.from_error_file(f.message, rank) if isinstance(f.message, dict) else None
+        if rec is None or not rec.exception: continue
+        try: exc = pickle.loads(rec.exception)
+        except Exception: continue  # a class this process cannot import: restartable, as torchrun treats any failure
+        if getattr(exc, 'restartable', True) is False: return rec.summary
+    return None
+
+class _Agent(launcher_api.LocalElasticAgent):
+    "torchrun's agent, less the restarts after a failure that says a restart cannot change it (`final_failure`)"
+    def _monitor_workers(self, worker_group):
+        result = super()._monitor_workers(worker_group)
+        final = final_failure(result.failures) if result.is_failed() and self._remaining_restarts > 0 else None
+        if final:
+            print(f"distrib.launch: not restarting ({self._remaining_restarts} restarts left): a restart cannot change "
+                  f"{final.splitlines()[0][:300]}", file=sys.stderr, flush=True)
+            self._remaining_restarts = 0
+        return result
+
+@contextmanager
+def _our_agent():
+    "Within the context, `elastic_launch` runs `_Agent`"
+    saved, launcher_api.LocalElasticAgent = launcher_api.LocalElasticAgent, _Agent
+    try: yield
+    finally: launcher_api.LocalElasticAgent = saved
+
 def _run(args, verbose:bool):
     "Run the job of torchrun's `args` (as torchrun's `run` does, less its own choice of rendezvous)"
     with torchrun_logs(verbose), local_store(args), run_log_dir(args):
@@ -185,7 +215,7 @@ def _run(args, verbose:bool):
         line = waiting_line(args)
         if line: print(line, file=sys.stderr, flush=True)
         os.environ['DISTRIB_LAUNCHER_PID'] = str(os.getpid())  # the workers die with this process (runtime.procs)
-        with reaping_stopped_children(): elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
+        with reaping_stopped_children(), _our_agent(): elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
 
 def main(argv:list|None=None)->int:
     "Run `python -m distrib.launch` with arguments `argv` (default `sys.argv[1:]`); returns the job's exit code"

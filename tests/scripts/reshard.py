@@ -18,6 +18,8 @@ batch): the samples of each global step.
   but slowly (0.3 s per step; rank 0 prints `MIDEPOCH <time>` after batch 5 of epoch 2), for the test to SIGKILL
   the other node whole; a later attempt (the survivor's agent restarts it) runs `resume`, and prints `ATTEMPT <n>
   WORLD <W>`.
+- `refuse`: prints `REFUSE ATTEMPT <n>`, then fits with the old world's per-rank batch, which Checkpoint refuses
+  (`ResumeError`), uncaught: under `--max_restarts`, the launcher must not restart the job.
 - `kill` (`killfsdp`: under FSDP): the run with checkpoints in K/ck, K = DIR, or DIR/next after a `resume` (and its
   W in K/old_world, DIR/ref.pt copied to K); rank 1 prints `KILL_AT <time>` and SIGKILLs itself before batch 6 of
   epoch 2: the job fails, and the last checkpoint is step 20's. Always the last step.
@@ -136,6 +138,10 @@ for step in steps:
         if rank == 0: torch.save({'model': ref.model.state_dict(), 'values': ref.recorder.values,
                                   'steps': ref.samples.steps}, tmp/'ref.pt')
     elif step in ('resume', 'resumefsdp'): resume(FSDP if step == 'resumefsdp' else {})
+    elif step == 'refuse':
+        print(f"REFUSE ATTEMPT {world.restart_count}", flush=True)
+        bad = make_learner(bs=G // int((tmp/'old_world').read_text()))
+        with bad.distrib_ctx(): bad.fit(4, cbs=Checkpoint('ck', every_n_steps=5))
     elif step == 'elastic':
         print(f"ATTEMPT {world.restart_count} WORLD {W}", flush=True)
         if world.restart_count: resume({})
