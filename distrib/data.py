@@ -94,9 +94,9 @@ class DistributedDL:
         seed (int): base seed. Default 0.
         rank (int, optional): this rank, in [0, world_size). Default: `current_world().rank`.
         world_size (int, optional): number of ranks. Default: `current_world().world_size`.
-        pad (bool): pad to a multiple of `world_size` with the first samples of the epoch's order, so every rank
-            has the same number of batches (needed for training). False gives ranks up to one sample fewer, with no duplicates (for
-            evaluation). Default True.
+        pad (bool): pad to a multiple of `world_size` with the first samples of the epoch's order, so every rank has
+            the same number of batches (needed for training); False gives ranks up to one sample fewer, with no
+            duplicates (for evaluation). Default True.
         drop_last (bool): drop this rank's last incomplete batch. Default False.
         **kwargs: passed to `torch.utils.data.DataLoader` (`num_workers`, `collate_fn`, `pin_memory`, ...).
 

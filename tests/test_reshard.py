@@ -59,26 +59,26 @@ def test_refused_checkpoint_not_restarted(chain, tmp_path):
     r = launch(JOB, 'refuse', tmp_path/'run', nproc=1, launcher_args=('--max_restarts', '2'), timeout=90)
     text = r.stdout + r.stderr
     assert r.returncode == 1 and text.count('REFUSE ATTEMPT') == 1, text[-5000:]
-    assert 'distrib.launch: not restarting (2 restarts left): a restart cannot change ResumeError:' in text, text[-5000:]
+    want = 'distrib.launch: not restarting (2 restarts left): a restart cannot change ResumeError:'
+    assert want in text, text[-5000:]
 
 def _free_port()->int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
 
-STORE = ("import sys, time, torch.distributed as d; s = d.TCPStore('127.0.0.1', int(sys.argv[1]), is_master=True, "
-         "wait_for_workers=False); time.sleep(float(sys.argv[2]))")
-
 def test_node_lost_survivor_finishes(chain, tmp_path):
     """Two launchers on this machine as two nodes (`--nnodes 1:2 --nproc_per_node 1`, c10d rendezvous on localhost,
-    its store in a process of its own, `is_host=false`), `--max_restarts 3`: the node of rank 0 (launcher and worker)
-    SIGKILLed in the middle of epoch 2; the survivor's agent restarts its worker as a world of 1 after the
-    rendezvous' last call (3 s here), which resumes from step 20 with the global batch kept, ends as the
-    uninterrupted run (reshard.py's checks), and the survivor exits 0"""
+    its store in a process of its own: `python -m distrib.launch.store`, and `is_host=false`), `--max_restarts 3`:
+    the node of rank 0 (launcher and worker) SIGKILLed in the middle of epoch 2; the survivor's agent restarts its
+    worker as a world of 1 after the rendezvous' last call (3 s here), which resumes from step 20 with the global
+    batch kept and ends as the uninterrupted run (reshard.py's checks); the survivor exits 0"""
     shutil.copy(chain['2->1'][0].ref, tmp_path/'ref.pt')
     port, tag = _free_port(), new_tag()
     env = dict(os.environ, PYTHONUNBUFFERED='1', DISTRIB_TEST_TAG=tag)
-    store = subprocess.Popen([sys.executable, '-c', STORE, str(port), '150'], env=env)
+    store = subprocess.Popen([sys.executable, '-m', 'distrib.launch.store', '--host', '127.0.0.1', '--port', str(port)],
+                             env=env, stdout=subprocess.PIPE, text=True)
+    assert store.stdout.readline().startswith('distrib.launch.store: the rendezvous store listens on port')
     cmd = [sys.executable, '-m', 'distrib.launch', '--nnodes', '1:2', '--nproc_per_node', '1', '--rdzv_backend', 'c10d',
            '--rdzv_endpoint', f'127.0.0.1:{port}', '--rdzv_conf', 'is_host=false,last_call_timeout=3',
            '--max_restarts', '3', str(JOB), 'elastic', str(tmp_path)]
@@ -96,9 +96,10 @@ def test_node_lost_survivor_finishes(chain, tmp_path):
         os.killpg(nodes[lost].pid, signal.SIGKILL)   # the node of rank 0: its launcher and its worker
         rc = nodes[1 - lost].wait(timeout=120)
     finally:
+        store.terminate()   # SIGTERM: the store ends cleanly
         for p in nodes + [store]:
-            if p.poll() is None: p.kill()
-            p.wait(timeout=10)
+            try: p.wait(timeout=10)
+            except subprocess.TimeoutExpired: p.kill(); p.wait(timeout=10)
     out = logs[1 - lost].read_text()
     assert rc == 0, out[-5000:]
     assert 'ATTEMPT 1 WORLD 1' in out, out[-5000:]

@@ -170,10 +170,11 @@ class Checkpoint(Callback):
         plan = _check_resumable(ck, file, self.world_size, _n_iter(dl), dl.batch_size*self.world_size, learn.n_epoch,
                                 self.allow_batch_change, getattr(dl, 'n', None), getattr(dl, 'shuffle', False))
         if plan['start'] and plan['start'][0] == 'sample' and not isinstance(dl, DistributedDL):
-            raise ResumeError(f"{file} was written in the middle of an epoch with a global batch of {ck['global_batch']}"
-                             f", and this run's is {dl.batch_size*self.world_size}: an iterable training set resumes "
-                             "in the middle of an epoch only with the global batch that wrote it (it skips whole "
-                             "batches of its stream); keep it, or move the file away to resume from an epoch's end")
+            raise ResumeError(f"{file} was written in the middle of an epoch with a global batch of "
+                              f"{ck['global_batch']}, and this run's is {dl.batch_size*self.world_size}: an iterable "
+                              "training set resumes in the middle of an epoch only with the global batch that wrote it "
+                              "(it skips whole batches of its stream); keep it, or move the file away to resume from "
+                              "an epoch's end")
         if plan['note'] and self.rank == 0: warnings.warn(plan['note'])
         if sharded: self._load_sharded(file, ck)
         else: learn.load_model_state(ck, file=file)

@@ -94,10 +94,11 @@ def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batc
     start the resumed epoch at batch k; ('sample', m): after the first m samples of each rank's shard), `log` (the
     line that says where the run resumed).
 
-    Raises `ResumeError` (a `ValueError`), naming the checkpoint and what to change, for a file that is not a `Checkpoint`'s, for a
-    global batch that differs from the checkpoint's unless `allow_batch_change` (with the world sizes that keep it),
-    and for a mid-epoch checkpoint whose epochs had another number of batches with the same global batch (another
-    data set), or that an older version wrote with an order that depended on the world size."""
+    Raises `ResumeError` (a `ValueError`), naming the checkpoint and what to change, for a file that is not a
+    `Checkpoint`'s, for a global batch that differs from the checkpoint's unless `allow_batch_change` (with the
+    world sizes that keep it), and for a mid-epoch checkpoint whose epochs had another number of batches with the
+    same global batch (another data set), or that an older version wrote with an order that depended on the world
+    size."""
     if not isinstance(ck, dict) or ck.get('format') != 'distrib.Checkpoint':
         raise ResumeError(f"{file} is not a checkpoint written by distrib's Checkpoint (a learn.save file?): move it "
                          f"out of {file.parent}, or pass Checkpoint another path")
@@ -122,9 +123,9 @@ def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batc
                          f"checkpoint, written at the end of an epoch")
     if b and G == global_batch:
         if n != n_iter:
-            raise ResumeError(f"{where}, in the middle of an epoch of {n} batches of {G} samples, and this run's epochs "
-                             f"have {n_iter} with the same global batch: another data set? Resume with the data that "
-                             f"wrote it, or move {file.name} out of {file.parent}")
+            raise ResumeError(f"{where}, in the middle of an epoch of {n} batches of {G} samples, and this run's "
+                              f"epochs have {n_iter} with the same global batch: another data set? Resume with the "
+                              f"data that wrote it, or move {file.name} out of {file.parent}")
         start = ('batch', b)
     elif b:   # allow_batch_change: the same sample position, rounded down to a multiple of the world size
         done = b * G

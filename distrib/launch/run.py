@@ -20,7 +20,7 @@ from .cli import (LaunchError, wants_help, help_text, build_args, check_values, 
 
 # %% auto #0
 __all__ = ['localhost_store', 'local_store', 'run_log_dir', 'failures', 'failure_summary', 'distinct_tracebacks', 'torchrun_logs',
-           'waiting_line', 'final_failure', 'main']
+           'waiting_line', 'store_hint', 'final_failure', 'main']
 
 # %% ../../nbs/11b_launch_run.ipynb #fc8ac2b4
 def _listen(host:str, port:int, what:str)->socket.socket:
@@ -177,6 +177,15 @@ def waiting_line(args)->str|None:
     return (f"distrib.launch: {me} waits up to {wait} s for all {nodes} of --nnodes {args.nnodes} to join the "
             f"rendezvous at {where} ({opt} to change)")
 
+def store_hint(e:BaseException)->str:
+    """For a rendezvous that lost its c10d store (torch's `RendezvousConnectionError`), the sentence that says how
+    to keep a job going when a node is lost; '' for any other error"""
+    if type(e).__name__ != 'RendezvousConnectionError': return ''
+    return (". The rendezvous store is unreachable: when the node that hosted it was lost (the node of the "
+            "--rdzv_endpoint address hosts it by default), the job cannot go on. Host it apart from the nodes: "
+            "`python -m distrib.launch.store --port PORT` on another machine, and on every node --rdzv_endpoint "
+            "THATHOST:PORT --rdzv_conf is_host=false (or --rdzv_backend etcd-v2 where the cluster runs etcd)")
+
 def final_failure(failures:dict)->str|None:
     """The summary of the first failure in `failures` (local rank -> torchrun's `ProcessFailure`) whose exception
     says that a restart cannot change it (its class has `restartable = False`, as `ResumeError`), else None"""
@@ -243,7 +252,7 @@ def main(argv:list|None=None)->int:
         return 128 + int(e.sigval)
     except (RendezvousError, dist.DistError) as e:
         print(f"distrib.launch: error: the rendezvous did not complete: {type(e).__name__}: "
-              f"{str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
+              f"{str(e).splitlines()[0] if str(e) else ''}" + store_hint(e), file=sys.stderr)
         return 1
     return 0
 
