@@ -5,7 +5,8 @@ sharded checkpoint). Each resumed job checks (tests/scripts/reshard.py) that a s
 is refused before a step, that every global step after the resume read the samples of the uninterrupted 2-process
 run, and the final weights and `recorder.values` against it (1e-5). Five launches in a chain (a job resumes, then
 starts the next killed run): run with `pytest -s` to see the MAXDIFF lines and the seconds from the kill to the
-first step after the resume (RESHARD lines). Then a node lost under `--nnodes 1:2`: the survivor resumes alone."""
+first step after the resume (RESHARD lines). An iterable training set stopped on 1 process resumes on 2 (in the same
+jobs); a refused checkpoint is not restarted; a node lost under `--nnodes 1:2`: the survivor resumes alone."""
 import os, re, shutil, signal, socket, subprocess, sys, time
 import pytest
 from conftest import launch, checked, new_tag, orphans, SCRIPTS, ROOT
@@ -24,20 +25,21 @@ def _run(steps:str, d, nproc:int):
 
 @pytest.fixture(scope='module')
 def chain(tmp_path_factory):
-    """The uninterrupted 2-process run and the same killed (A); 1 process resumes A (B); 4 resume a copy of A, then
-    4 are killed (C); 2 resume C, then 2 are killed under FSDP (D); 1 resumes D under FSDP (E). {case: (the killed
-    job, the resuming job)}"""
+    """The uninterrupted 2-process run and the same killed (A); 1 process resumes A, then trains from an iterable set,
+    stopped mid-epoch (B); 4 resume a copy of A, then 4 are killed (C); 2 resume C, then B's iterable run, then 2 are
+    killed under FSDP (D); 1 resumes D under FSDP (E). {case: (the killed job, the resuming job)}"""
     d = tmp_path_factory.mktemp('reshard')
     (d/'a').mkdir()
     a = _run('ref+kill', d/'a', 2)
     assert 'KILL_AT' in a.stdout and (d/'a'/'ref.pt').exists(), a.text
     a.ref = d/'a'/'ref.pt'
     shutil.copytree(d/'a', d/'c')
-    b = _run('resume', d/'a', 1)
+    b = _run('resume+iterstop', d/'a', 1)
     c = _run('resume+kill', d/'c', 4)
-    dd = _run('resume+killfsdp', d/'c'/'next', 2)
+    if (d/'a'/'iter').exists(): shutil.copytree(d/'a'/'iter', d/'c'/'next'/'iter')
+    dd = _run('resume+iterresume+killfsdp', d/'c'/'next', 2)
     e = _run('resumefsdp', d/'c'/'next'/'next', 1)
-    return {'2->1': (a, b), '2->4': (a, c), '4->2': (c, dd), '2->1 fsdp': (dd, e)}
+    return {'2->1': (a, b), '2->4': (a, c), '4->2': (c, dd), '2->1 fsdp': (dd, e), '1->2 iterable': (b, dd)}
 
 @pytest.mark.parametrize('case', ['2->1', '2->4', '4->2', '2->1 fsdp'])
 def test_resume_mid_epoch_on_other_world(chain, case):
@@ -51,6 +53,14 @@ def test_resume_mid_epoch_on_other_world(chain, case):
     secs = (killed.end - _stamp(killed.stdout, 'KILL_AT')) + (_stamp(resumed.stdout, 'FIRST_STEP') - resumed.start)
     print('\n' + re.search(r'^MAXDIFF .*$', resumed.stdout, re.M)[0] +
           f"\nRESHARD {case}: {secs:.1f} s from the kill to the first step after the resume")
+
+def test_iterable_resumes_on_other_world(chain):
+    """An iterable training set (iter_shard) stopped mid-epoch on 1 process resumes on 2: the epoch's first batches
+    dropped, the same samples in each later step, the uninterrupted run's weights and values"""
+    stopped, resumed = chain['1->2 iterable']
+    assert stopped.returncode == 0, stopped.text
+    for name in CHECKS: assert checked(resumed.stdout, name + '_iterable'), (name, resumed.text)
+    print('\n' + re.search(r'^MAXDIFF .*iterable.*$', resumed.stdout, re.M)[0])
 
 def test_refused_checkpoint_not_restarted(chain, tmp_path):
     """A checkpoint refused (another global batch) under `--max_restarts 2`: one attempt, the launcher says why it

@@ -103,9 +103,9 @@ def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batc
         raise ResumeError(f"{file} is not a checkpoint written by distrib's Checkpoint (a learn.save file?): move it "
                          f"out of {file.parent}, or pass Checkpoint another path")
     W, e, b, n, G = ck['world_size'], ck['epoch'], ck['batch'], ck['n_iter'], ck['global_batch']
-    procs, W2 = _plural(W, 'process'), world_size
-    where = f"{file} was written after batch {b} of {n} of epoch {e} by {procs}"
-    log = (f"Resumed from {file} (epoch {e}, batch {b} of {n}, written by {procs}), now on "
+    procs, W2, of = _plural(W, 'process'), world_size, '' if n is None else f" of {n}"   # n None: an iterable set
+    where = f"{file} was written after batch {b}{of} of epoch {e} by {procs}"
+    log = (f"Resumed from {file} (epoch {e}, batch {b}{of}, written by {procs}), now on "
            f"{_plural(W2, 'process')}, global batch {global_batch}" + (" kept" if G == global_batch else
                                                                       f" (was {G})"))
     notes, start = [], None

@@ -18,6 +18,10 @@ batch): the samples of each global step.
   but slowly (0.3 s per step; rank 0 prints `MIDEPOCH <time>` after batch 5 of epoch 2), for the test to SIGKILL
   the other node whole; a later attempt (the survivor's agent restarts it) runs `resume`, and prints `ATTEMPT <n>
   WORLD <W>`.
+- `iterstop`: the same training from an iterable data set (`iter_shard` over the samples in the epoch's order that
+  `DistributedDL` uses, so the same samples per step) with checkpoints in DIR/iter/ck, stopped on every rank
+  (`CancelFitException`) before batch 6 of epoch 2; `iterresume`: `resume` of DIR/iter (its reshard_* checks, the
+  iterable set skipping the epoch's first batches).
 - `refuse`: prints `REFUSE ATTEMPT <n>`, then fits with the old world's per-rank batch, which Checkpoint refuses
   (`ResumeError`), uncaught: under `--max_restarts`, the launcher must not restart the job.
 - `kill` (`killfsdp`: under FSDP): the run with checkpoints in K/ck, K = DIR, or DIR/next after a `resume` (and its
@@ -29,8 +33,9 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, TensorDataset
-from distrib import Learner, DataLoaders, Callback, Checkpoint, set_seed, current_world, gather_object, setup_distrib
+from torch.utils.data import DataLoader, TensorDataset, IterableDataset
+from distrib import (Learner, DataLoaders, Callback, Checkpoint, set_seed, current_world, gather_object, setup_distrib,
+                     iter_shard, CancelFitException)
 from distrib.state import full_model_state
 from distrib.saving import unwrap_model
 
@@ -62,7 +67,15 @@ class MLP(nn.Module):
         self.net = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
     def forward(self, x, idx): return self.net(x)
 
-def make_learner(bs=G // W, cbs=()):
+class Stream(IterableDataset):
+    "The samples in epoch `e`'s order of DistributedDL(shuffle=True, seed=0), split across ranks by iter_shard"
+    def __init__(self, *ts): self.ts, self.epoch = ts, 0
+    def set_epoch(self, epoch): self.epoch = epoch
+    def __iter__(self):
+        order = torch.randperm(len(self.ts[0]), generator=torch.Generator().manual_seed(self.epoch))
+        return iter_shard(tuple(t[i] for t in self.ts) for i in order.tolist())
+
+def make_learner(bs=G // W, cbs=(), iterable=False):
     set_seed(0)
     x = torch.randn(N + 16, 6); y = (x @ torch.randn(6, 3)).argmax(1); i = torch.arange(N + 16)
     dls = DataLoaders(DataLoader(TensorDataset(x[:N], i[:N], y[:N]), batch_size=bs, shuffle=True),
@@ -70,6 +83,7 @@ def make_learner(bs=G // W, cbs=()):
     learn = Learner(dls, MLP(), F.cross_entropy, lr=1e-2, path=tmp,
                     opt_func=torch.optim.Adam, cbs=[Samples(), *cbs])
     learn.progress.enabled = False
+    if iterable: learn.dls = DataLoaders(DataLoader(Stream(x[:N], i[:N], y[:N]), batch_size=bs), learn.dls.valid)
     return learn
 
 def check(name, ok, detail=''):
@@ -90,36 +104,38 @@ class Slow(Callback):
         time.sleep(0.3)
         if rank == 0 and (self.learn.epoch, self.learn.iter) == (2, 5): print(f"MIDEPOCH {time.time()}", flush=True)
 
-def resume(ctx:dict):
-    old_w = int((tmp/'old_world').read_text())
-    bad = make_learner(bs=G // old_w + (1 if old_w == W else 0))   # the old per-rank batch: another global batch
+def resume(ctx:dict, d:Path=tmp, iterable:bool=False):
+    old_w = int((d/'old_world').read_text())
+    bad = make_learner(bs=G // old_w + (1 if old_w == W else 0), iterable=iterable)   # another global batch
+    bad.path = d
     w0 = [p.detach().clone() for p in bad.model.parameters()]
     try:
         with bad.distrib_ctx(**ctx): bad.fit(4, cbs=Checkpoint('ck', every_n_steps=5))
         msg = ''
     except ValueError as e: msg = str(e)
-    check('reshard_refused', f'with a global batch of {G} ({old_w} processes x {G // old_w})' in msg and
+    sfx, olds = '_iterable' if iterable else '', f"{old_w} process" + ('es' if old_w > 1 else '')
+    check('reshard_refused' + sfx, f'with a global batch of {G} ({olds} x {G // old_w})' in msg and
           'step-20' in msg and all(torch.equal(p, q) for p, q in zip(bad.model.parameters(), w0)), msg)
-    learn, lines = make_learner(), []
-    learn.logger = lines.append
+    learn, lines = make_learner(iterable=iterable), []
+    learn.logger, learn.path = lines.append, d
     ck = Checkpoint('ck', every_n_steps=5)
     with learn.distrib_ctx(**ctx): learn.fit(4, cbs=ck)
-    if rank == 0: print(f"FIRST_STEP {learn.samples.first}", flush=True)
+    if rank == 0 and not iterable: print(f"FIRST_STEP {learn.samples.first}", flush=True)
     procs = f"{W} process" + ('es' if W > 1 else '')
-    want = f"(epoch 2, batch 4 of 8, written by {old_w} processes), now on {procs}, global batch {G} kept"
-    check('reshard_resumed', ck.resumed_from.name == 'step-20' + ('' if ctx else '.pth') and
+    want = f"(epoch 2, batch 4{'' if iterable else ' of 8'}, written by {olds}), now on {procs}, global batch {G} kept"
+    check('reshard_resumed' + sfx, ck.resumed_from.name == 'step-20' + ('' if ctx else '.pth') and
           (rank != 0 or lines[0].endswith(want)), (lines[:1], want))
     ref = torch.load(tmp/'ref.pt', weights_only=False)
     got = learn.samples.steps
-    check('reshard_samples', min(got) == (2, 4) and len(got) == 4 + 8 and
+    check('reshard_samples' + sfx, min(got) == (2, 4) and len(got) == 4 + 8 and
           all(v == ref['steps'][k] and len(v) == G for k, v in got.items()),
           [(k, v, ref['steps'][k]) for k, v in sorted(got.items()) if v != ref['steps'][k]][:2] or len(got))
     final = full_model_state(unwrap_model(learn.model), rank0_only=False)
     d = max((p - ref['model'][k]).abs().max().item() for k, p in final.items())
     dv = max(abs(u - v) for ru, rv in zip(learn.recorder.values, ref['values']) for u, v in zip(ru, rv))
     if rank == 0:
-        print(f"MAXDIFF reshard {old_w}->{W}{' fsdp' if ctx else ''} weights {d:.3g} values {dv:.3g}", flush=True)
-    check('reshard_exact', len(learn.recorder.values) == 4 and d <= 1e-5 and dv <= 1e-5, (d, dv))
+        print(f"MAXDIFF reshard {old_w}->{W}{' fsdp' if ctx else ''}{' iterable' if iterable else ''} weights {d:.3g} values {dv:.3g}", flush=True)
+    check('reshard_exact' + sfx, len(learn.recorder.values) == 4 and d <= 1e-5 and dv <= 1e-5, (d, dv))
 
 def kill(ctx:dict, k:Path):
     if rank == 0:
@@ -138,6 +154,16 @@ for step in steps:
         if rank == 0: torch.save({'model': ref.model.state_dict(), 'values': ref.recorder.values,
                                   'steps': ref.samples.steps}, tmp/'ref.pt')
     elif step in ('resume', 'resumefsdp'): resume(FSDP if step == 'resumefsdp' else {})
+    elif step == 'iterstop':
+        (tmp/'iter').mkdir(exist_ok=True)
+        if rank == 0: (tmp/'iter'/'old_world').write_text(str(W))
+        class Stop(Callback):
+            def before_batch(self):
+                if self.learn.training and (self.learn.epoch, self.learn.iter) == (2, 6): raise CancelFitException()
+        it = make_learner(cbs=[Stop()], iterable=True)
+        it.path = tmp/'iter'
+        with it.distrib_ctx(): it.fit(4, cbs=Checkpoint('ck', every_n_steps=5))
+    elif step == 'iterresume': resume({}, tmp/'iter', iterable=True)
     elif step == 'refuse':
         print(f"REFUSE ATTEMPT {world.restart_count}", flush=True)
         bad = make_learner(bs=G // int((tmp/'old_world').read_text()))
