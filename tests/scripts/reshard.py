@@ -134,7 +134,8 @@ def resume(ctx:dict, d:Path=tmp, iterable:bool=False):
     d = max((p - ref['model'][k]).abs().max().item() for k, p in final.items())
     dv = max(abs(u - v) for ru, rv in zip(learn.recorder.values, ref['values']) for u, v in zip(ru, rv))
     if rank == 0:
-        print(f"MAXDIFF reshard {old_w}->{W}{' fsdp' if ctx else ''}{' iterable' if iterable else ''} weights {d:.3g} values {dv:.3g}", flush=True)
+        kind = (' fsdp' if ctx else '') + (' iterable' if iterable else '')
+        print(f"MAXDIFF reshard {old_w}->{W}{kind} weights {d:.3g} values {dv:.3g}", flush=True)
     check('reshard_exact' + sfx, len(learn.recorder.values) == 4 and d <= 1e-5 and dv <= 1e-5, (d, dv))
 
 def kill(ctx:dict, k:Path):
