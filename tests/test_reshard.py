@@ -117,3 +117,37 @@ def test_node_lost_survivor_finishes(chain, tmp_path):
     print('\n' + re.search(r'^MAXDIFF .*$', out, re.M)[0] + f"\nRESHARD node lost, 2->1: "
           f"{_stamp(out, 'FIRST_STEP') - killed:.1f} s from the kill to the first step after the resume")
     assert not orphans(tag), orphans(tag)
+
+def _listening(port:int)->bool:
+    "True when something accepts connections on 127.0.0.1:`port`"
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(('127.0.0.1', port)) == 0
+
+def test_lost_store_says_host_it_apart(tmp_path):
+    """The same two nodes without a store of its own: the first launcher hosts it (is_host by default); when that node
+    is lost, the other ends (exit code 1) with a line that says to host the store apart"""
+    port, tag = _free_port(), new_tag()
+    env = dict(os.environ, PYTHONUNBUFFERED='1', DISTRIB_TEST_TAG=tag)
+    cmd = [sys.executable, '-m', 'distrib.launch', '--nnodes', '1:2', '--nproc_per_node', '1', '--rdzv_backend', 'c10d',
+           '--rdzv_endpoint', f'127.0.0.1:{port}', '--rdzv_conf', 'last_call_timeout=3', '--max_restarts', '3',
+           str(JOB), 'elastic', str(tmp_path)]
+    logs, nodes = [tmp_path/f'node{i}.txt' for i in range(2)], []
+    try:
+        for log in logs:
+            with open(log, 'w') as f: nodes.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
+                                                                    env=env, start_new_session=True))
+            end = time.monotonic() + 60   # the first node binds the store before the second starts
+            while not _listening(port) and time.monotonic() < end: time.sleep(0.2)
+        end = time.monotonic() + 40   # both training (or the second still joining: it needs the store all the same)
+        while not all('ATTEMPT 0' in l.read_text() for l in logs) and time.monotonic() < end: time.sleep(0.2)
+        os.killpg(nodes[0].pid, signal.SIGKILL)   # the node that hosts the store
+        rc = nodes[1].wait(timeout=90)
+    finally:
+        for p in nodes:
+            if p.poll() is None: os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+    out = logs[1].read_text()
+    assert rc == 1 and 'distrib.launch: error: the rendezvous did not complete' in out, out[-5000:]
+    assert 'Host it apart from the nodes: `python -m distrib.launch.store --port PORT`' in out, out[-5000:]
+    assert not orphans(tag), orphans(tag)

@@ -178,10 +178,12 @@ def waiting_line(args)->str|None:
             f"rendezvous at {where} ({opt} to change)")
 
 def store_hint(e:BaseException)->str:
-    """For a rendezvous that lost its c10d store (torch's `RendezvousConnectionError`), the sentence that says how
-    to keep a job going when a node is lost; '' for any other error"""
-    if type(e).__name__ != 'RendezvousConnectionError': return ''
-    return (". The rendezvous store is unreachable: when the node that hosted it was lost (the node of the "
+    """For a rendezvous that lost its c10d store (torch's `RendezvousConnectionError`, the `DistNetworkError` of a
+    connection the store closed, or the `DistStoreError` of a key it never answered: what a node sees, depending on
+    when the store went away), the sentence that says how to keep a job going when a node is lost; '' for any other
+    error"""
+    if type(e).__name__ not in ('RendezvousConnectionError', 'DistNetworkError', 'DistStoreError'): return ''
+    return (". The rendezvous store is unreachable or did not answer: when the node that hosted it was lost (the node of the "
             "--rdzv_endpoint address hosts it by default), the job cannot go on. Host it apart from the nodes: "
             "`python -m distrib.launch.store --port PORT` on another machine, and on every node --rdzv_endpoint "
             "THATHOST:PORT --rdzv_conf is_host=false (or --rdzv_backend etcd-v2 where the cluster runs etcd)")
