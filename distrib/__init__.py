@@ -37,7 +37,7 @@ from .strategies.fsdp import FSDPTrainer, shard_model, local_state_bytes
 from .callback.accumulate import GradientAccumulation, SYNC_STRATEGIES
 from .callback.fp16 import MixedPrecision
 from .callback.preemption import Preempted, StopSignals
-from .callback.checkpoint import Checkpoint, checkpoints
+from .callback.checkpoint import Checkpoint, checkpoints, ResumeError
 from .launch.notebook import notebook_launch
 from .callback.schedule import (SchedLin, SchedCos, SchedNo, SchedExp, SchedPoly, combine_scheds, combined_cos,
                               ParamScheduler, planned_steps)

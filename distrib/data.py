@@ -31,18 +31,16 @@ def shard_idxs(n:int,            # number of samples in the dataset
                epoch:int=0,      # epoch number, changes the permutation
                pad:bool=True,    # pad to a multiple of `world_size` by wrapping around
               )->torch.Tensor:   # int64 dataset indices of this rank, len ceil(n/world_size) with `pad`
-    """Dataset indices read by rank `rank` in epoch `epoch`: the positions `0..total-1` (`total` is `n` padded up to
-    a multiple of `world_size` when `pad`, else `n`), permuted by `torch.randperm(total)` seeded `seed+epoch` when
-    `shuffle`; rank `rank` takes positions `rank::world_size`, and position `i` reads index `i % n`, so the padding
-    repeats the dataset's first `total-n` samples. fastai's `DistributedDL` rule; `torch.utils.data.DistributedSampler`
-    instead permutes `n` indices and repeats the first ones of the permutation. Raises `ValueError` for a rank
-    outside [0, world_size) or a world size below 1."""
+    """Dataset indices read by rank `rank` in epoch `epoch`: the epoch's order of the `n` indices (`torch.randperm(n)`
+    seeded `seed+epoch` when `shuffle`, else `0..n-1`), padded when `pad` to `total`, the next multiple of
+    `world_size`, by repeating its first `total-n` entries; rank `rank` takes positions `rank::world_size`
+    (`torch.utils.data.DistributedSampler`'s rule). The order does not depend on `world_size`. Raises `ValueError`
+    for a rank outside [0, world_size) or a world size below 1."""
     _check_world(rank, world_size)
     total = math.ceil(n/world_size)*world_size if pad else n
-    if shuffle: pos = torch.randperm(total, generator=torch.Generator().manual_seed(seed+epoch))
-    else: pos = torch.arange(total)
-    pos = pos[rank::world_size]
-    return pos % n if n else pos
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed+epoch)) if shuffle else torch.arange(n)
+    if total > n: order = order[torch.arange(total) % n]   # the padding repeats the order's first entries
+    return order[rank::world_size]
 
 # %% ../nbs/04_data.ipynb #bb29e8d1
 class _ShardSampler:
@@ -96,19 +94,19 @@ class DistributedDL:
         seed (int): base seed. Default 0.
         rank (int, optional): this rank, in [0, world_size). Default: `current_world().rank`.
         world_size (int, optional): number of ranks. Default: `current_world().world_size`.
-        pad (bool): pad to a multiple of `world_size` by wrapping around, so every rank has the same number of
-            batches (needed for training). False gives ranks up to one sample fewer, with no duplicates (for
-            evaluation). Default True.
+        pad (bool): pad to a multiple of `world_size` with the first samples of the epoch's order, so every rank has
+            the same number of batches (needed for training); False gives ranks up to one sample fewer, with no
+            duplicates (for evaluation). Default True.
         drop_last (bool): drop this rank's last incomplete batch. Default False.
         **kwargs: passed to `torch.utils.data.DataLoader` (`num_workers`, `collate_fn`, `pin_memory`, ...).
 
-    `start_batch` (an attribute, default 0): the next iteration starts at this batch of the epoch's order, without
-    loading the batches before it, then goes back to 0 (a run resumed in the middle of an epoch). Iterating never
-    draws from torch's global generator: worker processes are seeded from `(seed, epoch, rank)` unless a
-    `generator` is passed.
+    `start_batch` (default 0): set it to `k` and the next iteration starts at batch `k` of the epoch's order, without
+    loading the batches before it, then it is 0 again (a resumed run); `start_at(m)`: after the first `m` samples of
+    this rank's shard. Iterating never draws from torch's global generator: worker processes are seeded from
+    `(seed, epoch, rank)` unless a `generator` is passed.
 
     Raises `ValueError` for a rank outside [0, world_size), a `batch_size` < 1 or an iterable-style dataset, and
-    when an iteration starts with `start_batch` outside [0, len(self)].
+    when an iteration starts with `start_batch` outside [0, len(self)] or `start_at` outside [0, n_shard].
 
     .. warning:: call `set_epoch(epoch)` before each epoch, or every epoch uses the same order
        (`DistributedTrainer` does it for you).
@@ -135,7 +133,8 @@ class DistributedDL:
         self.rank, self.world_size = rank, world_size
         _check_world(self.rank, self.world_size)
         self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, seed
-        self.pad, self.drop_last, self.epoch, self.start_batch, self._start = pad, drop_last, 0, 0, 0
+        self.pad, self.drop_last, self.epoch, self._start = pad, drop_last, 0, 0
+        self._next = ('batch', 0)   # where the next iteration starts: ('batch', k) or ('sample', m)
         self.n, self._own_generator = len(dataset), kwargs.get('generator') is None
         self.dl = DataLoader(dataset, batch_size=batch_size, sampler=_ShardSampler(self), drop_last=drop_last, **kwargs)
         self._batch_dl = None  # a TensorDataset is read a batch at a time, with the same batches
@@ -163,9 +162,23 @@ class DistributedDL:
         "Number of batches on this rank"
         return self.n_shard // self.batch_size if self.drop_last else math.ceil(self.n_shard / self.batch_size)
 
+    @property
+    def start_batch(self)->int:
+        "Number of the next iteration's first batch in the epoch: 0 unless `start_batch` was set or `start_at` called"
+        kind, v = self._next
+        if kind == 'batch': return v
+        rest = max(self.n_shard - v, 0)
+        return len(self) - (rest // self.batch_size if self.drop_last else math.ceil(rest / self.batch_size))
+    @start_batch.setter
+    def start_batch(self, k:int): self._next = ('batch', k)
+
+    def start_at(self, m:int):
+        "Start the next iteration after the first `m` samples of this rank's shard (0 <= m <= n_shard, checked then)"
+        self._next = ('sample', m)
+
     def _iter_idxs(self)->torch.Tensor:
-        "The indices of the current iteration: the epoch's, from batch `start_batch` (as it was when it began) on"
-        return self.get_idxs()[self._start*self.batch_size:]
+        "The indices of the current iteration: the epoch's, from the sample it started at on"
+        return self.get_idxs()[self._start:]
 
     def _worker_seed(self)->int:
         "Seed of the generator that seeds this iteration's worker processes: 63 bits of SHA-256 of seed, epoch, rank"
@@ -173,9 +186,12 @@ class DistributedDL:
         return int.from_bytes(h[:8], 'little') >> 1
 
     def __iter__(self):
-        if not 0 <= self.start_batch <= len(self):
-            raise ValueError(f"Invalid start_batch {self.start_batch!r}: this rank has {len(self)} batches per epoch")
-        self._start, self.start_batch = self.start_batch, 0
+        kind, v = self._next
+        if kind == 'batch' and not (isinstance(v, int) and 0 <= v <= len(self)):
+            raise ValueError(f"Invalid start_batch {v!r}: this rank has {len(self)} batches per epoch")
+        if kind == 'sample' and not (isinstance(v, int) and 0 <= v <= self.n_shard):
+            raise ValueError(f"Invalid start_at({v!r}): this rank has {self.n_shard} samples per epoch")
+        self._start, self._next = (v*self.batch_size if kind == 'batch' else v), ('batch', 0)
         dl = self.dl if self._batch_dl is None else self._batch_dl
         # torch draws the workers' base seed from `dl.generator` (torch's global generator when None) at each
         # iteration: a generator of our own keeps the global one untouched, so a resumed run's draws continue exactly
@@ -233,9 +249,12 @@ class IterableShards:
 
     `dataset` and `batch_size` are `dl`'s; `rank`/`world_size` the process group's; `set_epoch(epoch)` calls the
     dataset's `set_epoch` when it has one (a stream that shuffles by epoch); `get_idxs()` numbers the rows of the
-    last pass as `iter_shard` orders the stream: `rank + j*world_size` for row `j`. Raises what `dl` and
+    last pass as `iter_shard` orders the stream: `rank + j*world_size` for row `j`. Set `start_batch` to `k` and the
+    next pass reads and drops its first `k` batches (a stream cannot seek). A `DataLoader` without a `generator` gets
+    one seeded from `(epoch, rank)` to start each pass, leaving torch's global generator alone. Raises what `dl` and
     `torch.distributed.all_reduce` raise."""
-    def __init__(self, dl, equal:bool=True): self.dl, self.equal, self.n_rows = dl, equal, 0
+    def __init__(self, dl, equal:bool=True):
+        self.dl, self.equal, self.n_rows, self.start_batch, self.epoch = dl, equal, 0, 0, 0
     @property
     def dataset(self): return self.dl.dataset
     @property
@@ -247,6 +266,7 @@ class IterableShards:
 
     def set_epoch(self, epoch:int):
         "Pass `epoch` to the dataset's `set_epoch`, if it has one"
+        self.epoch = epoch
         f = getattr(self.dl.dataset, 'set_epoch', None)
         if callable(f): f(epoch)
 
@@ -255,17 +275,25 @@ class IterableShards:
         return torch.arange(self.n_rows, dtype=torch.int64) * self.world_size + self.rank
 
     def __iter__(self):
-        self.n_rows = 0
-        for b in self._batches():
+        skip, self.start_batch, self.n_rows = self.start_batch, 0, 0
+        for i, b in enumerate(self._batches()):
             self.n_rows += _n_rows(b)
-            yield b
+            if i >= skip: yield b
+
+    def _iter_dl(self):
+        "An iterator over `dl` whose start draws nothing from torch's global generator (workers' base seed)"
+        if not isinstance(self.dl, DataLoader) or self.dl.generator is not None: return iter(self.dl)
+        h = int.from_bytes(hashlib.sha256(f'iterable,{self.epoch},{self.rank}'.encode()).digest()[:8], 'little')
+        self.dl.generator = torch.Generator().manual_seed(h >> 1)
+        try: return iter(self.dl)   # the DataLoader draws its workers' base seed here, and only here
+        finally: self.dl.generator = None
 
     def _batches(self):
         if not self.equal or self.world_size == 1:
-            yield from self.dl
+            yield from self._iter_dl()
             return
         dev = _comm_device()
-        for b in itertools.chain(self.dl, [_END]):
+        for b in itertools.chain(self._iter_dl(), [_END]):
             have = torch.tensor([b is not _END], dtype=torch.int64, device=dev)
             dist.all_reduce(have, op=dist.ReduceOp.MIN)
             if not have.item(): return

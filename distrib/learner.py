@@ -215,10 +215,10 @@ class Learner(LearnerSaving):
         self._event = 'fetch'  # what follows: reading the next batch
 
     def all_batches(self):
-        """Run every batch of `self.dl`, from its `start_batch` for a `DistributedDL` resumed in the middle of an epoch;
+        """Run every batch of `self.dl`, from its `start_batch` for a `DistributedDL` or `IterableShards` resumed mid-epoch;
         `n_iter` is its length, None for a loader without one (an IterableDataset's)"""
         self.n_iter, self._device = _n_batches(self.dl), _model_device(self.model)
-        start = self.dl.start_batch if isinstance(self.dl, DistributedDL) else 0
+        start = self.dl.start_batch if isinstance(self.dl, (DistributedDL, IterableShards)) else 0
         for i, b in enumerate(self.dl, start): self.one_batch(i, b)
 
     def _do_epoch_train(self):

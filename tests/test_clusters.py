@@ -85,7 +85,8 @@ def test_sbatch(slurm, digits_torchrun, tmp_path):
     final = re.findall(r'^FINAL max_diff=(\S+) values_equal=(\S+) resumed_from=(\S+)', text, re.M)
     assert len(final) == 1 and final[0][:2] == ('0.0', 'True') and final[0][2].startswith('step-'), text
     assert slurm.job(requeued)['Restarts'] == '1', text
-    assert re.search(r'^Resumed from .*/ck/step-\d+\.pth: epoch 1, after batch [1-9]\d* of 32$', text, re.M), text
+    assert re.search(r'^Resumed from .*/ck/step-\d+\.pth \(epoch 1, batch [1-9]\d* of 32, written by 2 processes\), '
+                     r'now on 2 processes, global batch \d+ kept$', text, re.M), text
 
 def test_mpirun(slurm, mpirun_env, digits_torchrun, tmp_path):
     """mpirun -n 2: the digits example (Open MPI's variables, rank 0 on this host); then mpirun inside an sbatch job,

@@ -9,7 +9,8 @@ from pathlib import Path
 from ..runtime.world import current_world
 from ..runtime.clusters import requeue_slurm_job
 from ..runtime.collectives import gather_object, broadcast_object
-from ..data import DistributedDL
+from torch.utils.data import IterableDataset
+from ..data import DistributedDL, IterableShards
 from .core import Callback
 from ..files import save_file, load_file, on_rank0, remove_stale_temps, opt_type, check_opt_state
 from ..runtime.seed import get_random_states, set_random_states
@@ -18,12 +19,17 @@ from ..learner import DataLoaders
 from ..saving import unwrap_model, _model_device
 from .preemption import StopSignals, Preempted
 from .checkpoint_files import (checkpoints, _remove_checkpoint, _remove_stale_dirs, _to_bytes,
-                                               _read_sharded, _stateful, _check_weights_only, _check_resumable)
+                                               _read_sharded, _stateful, _check_weights_only, _check_resumable,
+                                               _reshard_states, ResumeError)
 
 # %% auto #0
 __all__ = ['Checkpoint']
 
 # %% ../../nbs/16b_checkpoint.ipynb #c251e1bc
+def _n_iter(dl)->int|None:
+    "Batches per epoch on each rank of training loader `dl`: None for an iterable one (`IterableShards`)"
+    return len(dl) if isinstance(dl, DistributedDL) else None
+
 class Checkpoint(Callback):
     """Write the whole training state regularly, and resume `fit` from the latest checkpoint, exactly; stop every
     rank at the same step on a stop signal, checkpointed (torchtitan's checkpoint manager, as a callback).
@@ -42,14 +48,18 @@ class Checkpoint(Callback):
         auto_requeue (bool): on Slurm, after the checkpoint of a stop signal other than SIGTERM (the `--signal` of
             sbatch, e.g. `USR1@120`) is complete, rank 0 requeues the job (`scontrol requeue`), which resumes from
             it. Default False.
+        allow_batch_change (bool): resume a checkpoint written with another global batch (per-rank batch x world
+            size), at the same sample position, with a warning; False (default) raises `ValueError` instead.
 
     Whole checkpoints are files `<path>/step-<N>.pth`, `N` the optimizer steps so far, written on rank 0 atomically
     (`save_file`); sharded ones are directories `<path>/step-<N>` where every rank writes its shards and rank 0
     the rest (`distrib.state.save_sharded`, renamed into place once complete), which any number of processes
-    reads (`load_sharded`). After a resume, `resumed_from` is the checkpoint's path (None otherwise). With an
+    reads (`load_sharded`). Any number of processes resumes any checkpoint, in the middle of an epoch too, as long
+    as the global batch is kept (`checkpoint_files`: the per-rank training loss is merged, the random states of
+    new ranks are their own). After a resume, `resumed_from` is the checkpoint's path (None otherwise). With an
     `independent` Learner in a world of several processes, each rank uses `<path>/rank<r>`. Raises `ValueError`
-    for invalid arguments; at `before_fit`, `ValueError` for a checkpoint that cannot be resumed here (written in
-    the middle of an epoch by another number of processes, or for another number of batches per epoch;
+    for invalid arguments; at `before_fit`, `ValueError` for a checkpoint that cannot be resumed here (written with
+    another global batch without `allow_batch_change`, or in the middle of an epoch of another number of batches;
     `resume=False` with checkpoints in `path`), for a training loader that cannot start in the middle of an epoch,
     for `auto_requeue` outside a Slurm job and for `sharded=True` with an `independent` Learner; `OSError` or
     `RuntimeError` on every rank when a checkpoint cannot be written; `TypeError` for a callback state that would
@@ -62,7 +72,7 @@ class Checkpoint(Callback):
     order = 90  # after every other callback: it saves what they did in an event, and restores after their resets
     def __init__(self, path='checkpoints', every_n_steps:int|None=None, every_epoch:bool|int=True,
                  keep_last:int|None=2, resume:bool=True, signals=('SIGTERM',), sharded:bool|None=None,
-                 auto_requeue:bool=False):
+                 auto_requeue:bool=False, allow_batch_change:bool=False):
         for name, v in (('every_n_steps', every_n_steps), ('keep_last', keep_last)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"Invalid {name} {v!r}: it must be an integer >= 1, or None")
@@ -71,7 +81,7 @@ class Checkpoint(Callback):
         self.path, self.every_n_steps, self.every_epoch = Path(path), every_n_steps, int(every_epoch)
         self.keep_last, self.resume, self.stop_signals = keep_last, resume, StopSignals(signals)
         self.resumed_from, self._pending, self.n_steps = None, None, 0
-        self.sharded, self.auto_requeue = sharded, auto_requeue
+        self.sharded, self.auto_requeue, self.allow_batch_change = sharded, auto_requeue, allow_batch_change
         if auto_requeue and not set(self.stop_signals.signals) - {signal.SIGTERM}:
             raise ValueError("auto_requeue=True requeues the job after the checkpoint of the signal Slurm sends before "
                              "the time limit (#SBATCH --signal=USR1@120): add 'SIGUSR1' to signals. SIGTERM (scancel, "
@@ -98,13 +108,16 @@ class Checkpoint(Callback):
                              "torchrun, --max_restarts)")
 
     def _use_sharded_loader(self):
-        "Make the training loader a `DistributedDL` for the fit, so that a resumed run can start mid-epoch"
+        """Make the training loader a `DistributedDL` for the fit (an `IterableShards` over an `IterableDataset`), so
+        that a resumed run can start mid-epoch"""
         dls = self.learn.dls
-        if isinstance(dls.train, DistributedDL): return
-        try: train = DistributedDL.from_dl(dls.train, rank=0, world_size=1)
-        except ValueError as e:
-            raise ValueError(f"Checkpoint needs a training loader that can start in the middle of an epoch: {e}; or "
-                             "pass a DistributedDL") from e
+        if isinstance(dls.train, (DistributedDL, IterableShards)): return
+        if isinstance(getattr(dls.train, 'dataset', None), IterableDataset): train = IterableShards(dls.train, False)
+        else:
+            try: train = DistributedDL.from_dl(dls.train, rank=0, world_size=1)
+            except ValueError as e:
+                raise ValueError(f"Checkpoint needs a training loader that can start in the middle of an epoch: {e}; "
+                                 "or pass a DistributedDL") from e
         self.learn.dls = DataLoaders(train, *dls.loaders[1:])
         def restore(): self.learn.dls = dls
         self.learn.on_fit_exit(restore)
@@ -154,20 +167,29 @@ class Checkpoint(Callback):
         sharded = file.suffix != '.pth'
         ck = _read_sharded(file) if sharded else self._read(file)
         dl = learn.dls.train
-        note = _check_resumable(ck, file, self.world_size, len(dl), dl.batch_size*self.world_size, learn.n_epoch)
-        if note and self.rank == 0: warnings.warn(note)
+        plan = _check_resumable(ck, file, self.world_size, _n_iter(dl), dl.batch_size*self.world_size, learn.n_epoch,
+                                self.allow_batch_change, getattr(dl, 'n', None), getattr(dl, 'shuffle', False))
+        if plan['start'] and plan['start'][0] == 'sample' and not isinstance(dl, DistributedDL):
+            raise ResumeError(f"{file} was written in the middle of an epoch with a global batch of "
+                              f"{ck['global_batch']}, and this run's is {dl.batch_size*self.world_size}: an iterable "
+                              "training set resumes in the middle of an epoch only with the global batch that wrote it "
+                              "(it skips whole batches of its stream); keep it, or move the file away to resume from "
+                              "an epoch's end")
+        if plan['note'] and self.rank == 0: warnings.warn(plan['note'])
         if sharded: self._load_sharded(file, ck)
         else: learn.load_model_state(ck, file=file)
         self.n_steps, learn.start_epoch, self.resumed_from = ck['n_steps'], ck['epoch'], file
+        self._start = plan['start']
         if ck['batch'] and ck['epoch'] < learn.n_epoch: self._pending = ck   # the rest at the epoch's before_train
         else: self._restore(ck)
-        learn.logger(f"Resumed from {file}: epoch {ck['epoch']}, after batch {ck['batch']} of {ck['n_iter']}")
+        learn.logger(plan['log'])
 
     def _restore(self, ck:dict):
         "Put back the callbacks' states, then the random states: the last thing before the first batch"
-        same = ck['world_size'] == self.world_size
+        same, cbs = ck['world_size'] == self.world_size, _stateful(self.learn, self)
         mine = ck['ranks'][self.rank] if same or self.rank < ck['world_size'] else None
-        states, cbs = (mine if same else ck['ranks'][0])['callbacks'], _stateful(self.learn, self)
+        states = (mine['callbacks'] if same else
+                  _reshard_states([r['callbacks'] for r in ck['ranks']], cbs, self.rank, self.world_size))
         for key, cb in cbs.items():
             if key in states: cb.load_state_dict(states[key])
         lost, fresh = sorted(set(states) - set(cbs)), sorted(set(cbs) - set(states))
@@ -185,7 +207,9 @@ class Checkpoint(Callback):
         "In the epoch a mid-epoch checkpoint resumes, start at its batch and restore the rest, now"
         if self._pending is None: return
         ck, self._pending = self._pending, None
-        self.learn.dl.start_batch = ck['batch']
+        kind, v = self._start
+        if kind == 'batch': self.learn.dl.start_batch = v
+        else: self.learn.dl.start_at(v)
         self._restore(ck)
 
     # ---- saving
@@ -200,9 +224,9 @@ class Checkpoint(Callback):
         mine = {'random': get_random_states(), 'callbacks': {k: cb.state_dict() for k, cb in cbs.items()}}
         ranks = gather_object(mine, dst=0) if self.shared else [mine]
         dl = learn.dls.train
-        ck = dict(format='distrib.Checkpoint', version=1, epoch=epoch, batch=batch, n_iter=len(dl),
+        ck = dict(format='distrib.Checkpoint', version=2, epoch=epoch, batch=batch, n_iter=_n_iter(dl),
                   n_steps=self.n_steps, n_epoch=learn.n_epoch, world_size=self.world_size,
-                  global_batch=dl.batch_size*self.world_size, ranks=ranks)
+                  global_batch=dl.batch_size*self.world_size, n_samples=getattr(dl, 'n', None), ranks=ranks)
         def check():
             for k, v in ranks[0]['callbacks'].items(): _check_weights_only(v, k)
         if not self._checked: self._on_rank0(check, "check the callbacks' states")

@@ -9,9 +9,10 @@ from pathlib import Path
 import torch
 from ..state import _dcp, _alone_quietly
 from ..learner import Learner
+from ..recorder import Recorder
 
 # %% auto #0
-__all__ = ['checkpoints']
+__all__ = ['checkpoints', 'ResumeError']
 
 # %% ../../nbs/16a_checkpoint_files.ipynb #a6c91314
 _CKPT_RE = re.compile(r'step-(\d+)(\.pth)?')
@@ -74,28 +75,95 @@ def _check_weights_only(state, key:str):
 # %% ../../nbs/16a_checkpoint_files.ipynb #0ff81137
 def _plural(n:int, word:str)->str: return f"{n} {word}{'es' if n != 1 and word.endswith('s') else ''}"
 
-def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batch:int, n_epoch:int)->str|None:
-    """Raise `ValueError` when checkpoint `ck` (read from `file`) cannot resume a fit of `n_epoch` epochs of
-    `n_iter` batches per rank on `world_size` processes; return a warning for one that resumes with changes"""
+def _keepers(G:int, upto:int=64)->str:
+    "The world sizes (up to `upto`) that divide global batch `G`, as text"
+    ws = [w for w in range(1, min(G, upto) + 1) if G % w == 0]
+    return ', '.join(map(str, ws)) + (', ...' if G > upto else '')
+
+class ResumeError(ValueError):
+    """A checkpoint that cannot resume in this run (a `ValueError` that names the checkpoint and what to change). The
+    same settings would refuse it again, so `python -m distrib.launch` does not restart a job that failed with it
+    (`restartable = False`: any exception class may say so)"""
+    restartable = False
+
+def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batch:int, n_epoch:int,
+                     allow_batch_change:bool=False, n_samples:int|None=None, shuffle:bool=False)->dict:
+    """Decide how checkpoint `ck` (read from `file`) resumes a fit of `n_epoch` epochs of `n_iter` batches per rank
+    on `world_size` processes whose global batch (per-rank batch x `world_size`) is `global_batch`, over a training
+    set of `n_samples`. Returns a dict: `note` (a warning, or None), `start` (None at an epoch's end; ('batch', k):
+    start the resumed epoch at batch k; ('sample', m): after the first m samples of each rank's shard), `log` (the
+    line that says where the run resumed).
+
+    Raises `ResumeError` (a `ValueError`), naming the checkpoint and what to change, for a file that is not a
+    `Checkpoint`'s, for a global batch that differs from the checkpoint's unless `allow_batch_change` (with the
+    world sizes that keep it), and for a mid-epoch checkpoint whose epochs had another number of batches with the
+    same global batch (another data set), or that an older version wrote with an order that depended on the world
+    size."""
     if not isinstance(ck, dict) or ck.get('format') != 'distrib.Checkpoint':
-        raise ValueError(f"{file} is not a checkpoint written by distrib's Checkpoint (a learn.save file?): move it "
+        raise ResumeError(f"{file} is not a checkpoint written by distrib's Checkpoint (a learn.save file?): move it "
                          f"out of {file.parent}, or pass Checkpoint another path")
-    W, e, b, n = ck['world_size'], ck['epoch'], ck['batch'], ck['n_iter']
-    where = f"{file} was written after batch {b} of {n} of epoch {e} by {_plural(W, 'process')}"
-    fix = (f"resume with {_plural(W, 'process')} and the same data and batch size, or move {file.name} out of "
-           f"{file.parent} to resume from an earlier checkpoint, written at the end of an epoch")
-    if b and W != world_size:
-        raise ValueError(f"{where}, in the middle of an epoch, which only the same number of processes can resume "
-                         f"(each rank continues its own shard), and this run has {world_size}: {fix}")
-    if b and n != n_iter:
-        raise ValueError(f"{where}, in the middle of an epoch of {n} batches per rank, and this run's epochs have "
-                         f"{n_iter}: {fix}")
-    notes = []
-    if ck['global_batch'] != global_batch:
-        notes.append(f"the global batch was {ck['global_batch']} ({_plural(W, 'process')}) and is now {global_batch} "
-                     f"({_plural(world_size, 'process')}): the steps from epoch {e} on are not the ones the "
-                     f"interrupted run would have taken")
+    W, e, b, n, G = ck['world_size'], ck['epoch'], ck['batch'], ck['n_iter'], ck['global_batch']
+    procs, W2, of = _plural(W, 'process'), world_size, '' if n is None else f" of {n}"   # n None: an iterable set
+    where = f"{file} was written after batch {b}{of} of epoch {e} by {procs}"
+    log = (f"Resumed from {file} (epoch {e}, batch {b}{of}, written by {procs}), now on "
+           f"{_plural(W2, 'process')}, global batch {global_batch}" + (" kept" if G == global_batch else
+                                                                      f" (was {G})"))
+    notes, start = [], None
+    if G != global_batch and not allow_batch_change:
+        raise ResumeError(
+            f"{where} with a global batch of {G} ({procs} x {G // W}), and this run's is {global_batch} "
+            f"({_plural(W2, 'process')} x {global_batch // W2}): its steps would not be the interrupted run's. Keep "
+            f"the global batch: give each rank {G} // world_size samples per batch, on a number of processes that "
+            f"divides {G} ({_keepers(G)}); or pass Checkpoint(allow_batch_change=True) to resume at the same sample "
+            f"position with the new global batch")
+    if b and ck.get('version', 1) < 2 and W != W2 and shuffle and n_samples is not None and n_samples % W:
+        raise ResumeError(f"{where}, in the middle of an epoch, by a version of distrib whose order of an epoch "
+                         f"depended on the number of processes when it did not divide the {n_samples} samples: "
+                         f"resume it with {procs}, or move {file.name} out of {file.parent} to resume from an earlier "
+                         f"checkpoint, written at the end of an epoch")
+    if b and G == global_batch:
+        if n != n_iter:
+            raise ResumeError(f"{where}, in the middle of an epoch of {n} batches of {G} samples, and this run's "
+                              f"epochs have {n_iter} with the same global batch: another data set? Resume with the "
+                              f"data that wrote it, or move {file.name} out of {file.parent}")
+        start = ('batch', b)
+    elif b:   # allow_batch_change: the same sample position, rounded down to a multiple of the world size
+        done = b * G
+        start = ('sample', done // W2)
+        again = done % W2
+        log += f", from sample {done - again} of the epoch"
+        notes.append(f"the global batch was {G} and is now {global_batch}: the resumed epoch starts after "
+                     f"{done - again} of its samples" + (f" ({again} read again)" if again else "") +
+                     "; a schedule over steps (OneCycle, a warm-up) now counts other steps")
+    elif G != global_batch:
+        notes.append(f"the global batch was {G} ({procs}) and is now {global_batch} "
+                     f"({_plural(W2, 'process')}): the steps from epoch {e} on are not the ones the "
+                     f"interrupted run would have taken, and a schedule over steps counts other steps")
     if ck['n_epoch'] != n_epoch:
         notes.append(f"it was written by a fit of {ck['n_epoch']} epochs, resumed in a fit of {n_epoch} (a schedule "
                      f"over the epochs changes)")
-    return f"Resuming from {file}: " + '; '.join(notes) if notes else None
+    return dict(note=f"Resuming from {file}: " + '; '.join(notes) if notes else None, start=start, log=log)
+
+# %% ../../nbs/16a_checkpoint_files.ipynb #a2f23c1b
+def _zero_avg()->dict: return {'total': torch.zeros((), dtype=torch.float64), 'host': 0., 'count': 0}
+
+def _sum_avgs(states:list)->dict:
+    "The sum of `AvgMetric.state_dict()`s: the running sums and counts of several ranks as one"
+    return {'total': sum((s['total'].cpu().double() for s in states), _zero_avg()['total']),
+            'host': sum(s['host'] for s in states), 'count': sum(s['count'] for s in states)}
+
+def _reshard_states(old:list, cbs:dict, rank:int, world_size:int)->dict:
+    """The callback states, by key, for rank `rank` of `world_size` from `old`, the `W` old ranks' `{key: state}`
+    (a checkpoint written by another number of processes): `cb.reshard_state_dicts(states, rank, world_size)` for a
+    callback that defines it, the `Recorder`'s with its running training loss summed on rank 0 (zero elsewhere), rank
+    0's state for the others; keys no callback of `cbs` takes keep rank 0's state (the caller warns)"""
+    out = dict(old[0])
+    for key, cb in cbs.items():
+        if key not in old[0]: continue
+        states = [o[key] for o in old]
+        f = getattr(cb, 'reshard_state_dicts', None)
+        if callable(f): out[key] = f(states, rank, world_size)
+        elif isinstance(cb, Recorder):
+            out[key] = dict(states[0], train_loss=_sum_avgs([s['train_loss'] for s in states]) if rank == 0
+                            else _zero_avg())
+    return out

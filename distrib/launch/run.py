@@ -4,10 +4,11 @@
 
 # %% ../../nbs/11b_launch_run.ipynb #3ee2763d
 from __future__ import annotations
-import os, sys, errno, shutil, signal, socket, logging, datetime, tempfile
+import os, sys, errno, shutil, signal, socket, logging, datetime, tempfile, pickle
 from contextlib import contextmanager
 import torch.distributed as dist
 from torch.distributed import run as torchrun
+from torch.distributed.launcher import api as launcher_api
 from torch.distributed.launcher.api import elastic_launch
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -20,7 +21,7 @@ from .cli import (LaunchError, wants_help, help_text, build_args, check_values, 
 
 # %% auto #0
 __all__ = ['localhost_store', 'local_store', 'run_log_dir', 'failures', 'failure_summary', 'distinct_tracebacks', 'torchrun_logs',
-           'waiting_line', 'main']
+           'waiting_line', 'store_hint', 'final_failure', 'main']
 
 # %% ../../nbs/11b_launch_run.ipynb #fc8ac2b4
 def _listen(host:str, port:int, what:str)->socket.socket:
@@ -183,6 +184,46 @@ def waiting_line(args)->str|None:
     return (f"distrib.launch: {me} waits up to {wait} s for all {nodes} of --nnodes {args.nnodes} to join the "
             f"rendezvous at {where} ({opt} to change)")
 
+def store_hint(e:BaseException)->str:
+    """For a rendezvous that lost its c10d store (torch's `RendezvousConnectionError`, the `DistNetworkError` of a
+    connection the store closed, or the `DistStoreError` of a key it never answered: what a node sees, depending on
+    when the store went away), the sentence that says how to keep a job going when a node is lost; '' for any other
+    error"""
+    if type(e).__name__ not in ('RendezvousConnectionError', 'DistNetworkError', 'DistStoreError'): return ''
+    return (". The rendezvous store is unreachable or did not answer: when the node that hosted it was lost (the node of the "
+            "--rdzv_endpoint address hosts it by default), the job cannot go on. Host it apart from the nodes: "
+            "`python -m distrib.launch.store --port PORT` on another machine, and on every node --rdzv_endpoint "
+            "THATHOST:PORT --rdzv_conf is_host=false (or --rdzv_backend etcd-v2 where the cluster runs etcd)")
+
+def final_failure(failures:dict)->str|None:
+    """The summary of the first failure in `failures` (local rank -> torchrun's `ProcessFailure`) whose exception
+    says that a restart cannot change it (its class has `restartable = False`, as `ResumeError`), else None"""
+    for rank, f in sorted(failures.items()):
+        rec = ErrorRecord.from_error_file(f.message, rank) if isinstance(f.message, dict) else None
+        if rec is None or not rec.exception: continue
+        try: exc = pickle.loads(rec.exception)
+        except Exception: continue  # a class this process cannot import: restartable, as torchrun treats any failure
+        if getattr(exc, 'restartable', True) is False: return rec.summary
+    return None
+
+class _Agent(launcher_api.LocalElasticAgent):
+    "torchrun's agent, less the restarts after a failure that says a restart cannot change it (`final_failure`)"
+    def _monitor_workers(self, worker_group):
+        result = super()._monitor_workers(worker_group)
+        final = final_failure(result.failures) if result.is_failed() and self._remaining_restarts > 0 else None
+        if final:
+            print(f"distrib.launch: not restarting ({self._remaining_restarts} restarts left): a restart cannot change "
+                  f"{final.splitlines()[0][:300]}", file=sys.stderr, flush=True)
+            self._remaining_restarts = 0
+        return result
+
+@contextmanager
+def _our_agent():
+    "Within the context, `elastic_launch` runs `_Agent`"
+    saved, launcher_api.LocalElasticAgent = launcher_api.LocalElasticAgent, _Agent
+    try: yield
+    finally: launcher_api.LocalElasticAgent = saved
+
 def _run(args, verbose:bool):
     "Run the job of torchrun's `args` (as torchrun's `run` does, less its own choice of rendezvous)"
     with torchrun_logs(verbose), local_store(args) as store, run_log_dir(args):
@@ -193,7 +234,8 @@ def _run(args, verbose:bool):
         if line: print(line, file=sys.stderr, flush=True)
         os.environ['DISTRIB_LAUNCHER_PID'] = str(os.getpid())  # the workers die with this process (runtime.procs)
         try:
-            with reaping_stopped_children(): elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
+            with reaping_stopped_children(), _our_agent():
+                elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
         except ChildFailedError as e:  # the positions the ranks last published, read while this process's store lives
             if store is not None: e.positions = last_positions(store, config.max_restarts)
             raise
@@ -224,7 +266,7 @@ def main(argv:list|None=None)->int:
         return 128 + int(e.sigval)
     except (RendezvousError, dist.DistError) as e:
         print(f"distrib.launch: error: the rendezvous did not complete: {type(e).__name__}: "
-              f"{str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
+              f"{str(e).splitlines()[0] if str(e) else ''}" + store_hint(e), file=sys.stderr)
         return 1
     return 0
 

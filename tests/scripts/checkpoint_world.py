@@ -1,7 +1,8 @@
 """Resume in 1 process the checkpoints 2 processes wrote (`checkpoint_job.py restart` leaves them in DIR/ws):
 `python checkpoint_world.py DIR`, no launcher. From the end of epoch 2, with the same global batch (8 = 2 x 4 before,
-1 x 8 now), the run ends where the 2-process run ended, to float rounding; rank 0 prints `MAXDIFF world ...`. From the
-middle of an epoch, every rank raises a ValueError that says why. Prints `CHECK <name> OK` lines."""
+1 x 8 now), the run ends where the 2-process run ended, to float rounding; it prints `MAXDIFF world ...`. From the
+middle of an epoch the same (`MAXDIFF world_mid`); with another global batch (1 x 4), a ValueError that says why,
+before anything is loaded. Prints `CHECK <name> OK` lines."""
 import shutil, sys
 from pathlib import Path
 import torch
@@ -44,10 +45,25 @@ print("CHECK world_epoch OK", flush=True)
 
 mid = next(f for (e, b), f in sorted(found.items()) if b)
 copy_to('ws_mid', mid)
-try:
-    make_learner(bs=8).fit(4, cbs=Checkpoint('ws_mid'))
-    raise AssertionError("a mid-epoch checkpoint of 2 processes resumed in 1")
+try:   # 1 process x 4: another global batch, refused before anything is loaded
+    bad = make_learner(bs=4)
+    w0 = [p.clone() for p in bad.model.parameters()]
+    bad.fit(4, cbs=Checkpoint('ws_mid'))
+    raise AssertionError("a checkpoint of global batch 8 resumed with a global batch of 4")
 except ValueError as e:
-    assert 'in the middle of an epoch, which only the same number of processes can resume' in str(e), e
-    assert 'resume with 2 processes' in str(e) and mid.name in str(e), e
+    assert "with a global batch of 8 (2 processes x 4), and this run's is 4 (1 process x 4)" in str(e), e
+    assert 'divides 8 (1, 2, 4, 8)' in str(e) and mid.name in str(e), e
+    assert all(torch.equal(p, q) for p, q in zip(bad.model.parameters(), w0))
+print("CHECK world_batch_refused OK", flush=True)
+learn, lines = make_learner(bs=8), []
+learn.logger = lines.append
+ck = Checkpoint('ws_mid')
+learn.fit(4, cbs=ck)
+e, b = torch.load(mid)['epoch'], torch.load(mid)['batch']
+assert ck.resumed_from.name == mid.name and lines[0].endswith(
+    f"(epoch {e}, batch {b} of 8, written by 2 processes), now on 1 process, global batch 8 kept"), lines[:1]
+d = max((p - final['model'][k]).abs().max().item() for k, p in learn.model.state_dict().items())
+dv = max(abs(u - v) for ru, rv in zip(learn.recorder.values, final['values']) for u, v in zip(ru, rv))
+print(f"MAXDIFF world_mid weights {d:.3g} values {dv:.3g}", flush=True)
+assert len(learn.recorder.values) == 4 and d <= 1e-5 and dv <= 1e-5, (d, dv)
 print("CHECK world_mid_epoch OK", flush=True)
