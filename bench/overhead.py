@@ -182,7 +182,7 @@ class _Nothing(nn.Module):
 
 class _NoOpt:
     "An optimizer that does nothing"
-    def __init__(self, params, lr=0.): self.param_groups = []
+    def __init__(self, params, lr=0.): self.param_groups = [dict(params=[], lr=lr)]
     def step(self): pass
     def zero_grad(self, set_to_none=True): pass
 

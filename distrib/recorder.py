@@ -63,7 +63,7 @@ class Recorder(Callback):
         if self.learn.training:
             self.train_loss.accumulate(self.learn)
             self._pending.append((self.learn.loss.detach(), _find_bs(self.learn.yb)))
-            hps = _hypers(self.learn.opt.param_groups[-1]) if self.learn.opt is not None else {}
+            hps = _hypers(self.learn.opt.param_groups[-1]) if getattr(self.learn.opt, 'param_groups', None) else {}
             for k, v in hps.items(): self.hps.setdefault(k, []).append(v)
             self.lrs.append(hps.get('lr'))
         else:
