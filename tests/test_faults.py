@@ -134,10 +134,13 @@ def test_skewed_collective_ends_in_seconds(fault_runs):
     report('skew: all_reduce_mean on rank 1 only', secs)
     s = summary(r)
     assert r.returncode == 1, s + r.stderr[-3000:]
-    assert re.match(r"distrib.launch: rank (0|1) failed \(exit code 1\): RanksDivergedError: rank \1 waits in backward "
-                    r"\(DDP's all-reduce of gradients\) \(epoch 1, training batch 0\), but rank (0|1) waits at the "
-                    r"same point, but after (6|7) distrib collectives against this rank's (6|7) \(a collective ran on "
-                    r"some ranks only", s), s
+    m = re.match(r"distrib.launch: rank (0|1) failed \(exit code 1\): RanksDivergedError: rank \1 waits in backward "
+                 r"\(DDP's all-reduce of gradients\) \(epoch 1, training batch 0\), but rank (0|1) waits at the "
+                 r"same point, but after (\d+) distrib collectives against this rank's (\d+) \(a collective ran on "
+                 r"some ranks only", s)
+    assert m and m[1] != m[2], s
+    # rank 1 ran one more (how many before depends on the build: 6 and 7 on the CPU torch 2.13, 7 and 8 on CUDA builds)
+    assert int(m[3]) - int(m[4]) == (1 if m[2] == '1' else -1), s
     assert secs < 15, secs
     assert not orphans(r.tag), orphans(r.tag)
 

@@ -29,7 +29,7 @@ def _check(job, name):
 
 @pytest.mark.parametrize('name', ['nccl_one_rank', 'fp16_skipped_step_counted', 'fp16_scale_resumes', 'bf16',
                                   'checkpoint_cuda_exact', 'checkpoint_gpu_cpu_gpu', 'parallel_ctx_one_gpu',
-                                  'fsdp_one_rank', 'lr_find'])
+                                  'fsdp_one_rank', 'fsdp_model_off_gpu', 'lr_find'])
 def test_one_gpu(one, name): _check(one, name)
 
 @pytest.mark.parametrize('name', ['share_equals_one_process', 'share_compile'])

@@ -92,3 +92,14 @@ def test_checks_fail_on_a_bad_tree(tmp_path, monkeypatch):
     assert imported(p) == [(2, 'distrib.learner')] and layer('distrib.learner') > layer(module_name(p))
     handler = next(n for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ExceptHandler))
     assert _swallows(handler)
+
+def test_readme_is_the_index_notebook():
+    "README.md (written by hand) and nbs/index.ipynb (the docs' home page) say the same: tools/readme_to_index.py"
+    import json, sys
+    sys.path.insert(0, str(PKG.parent/'tools'))
+    from readme_to_index import sections, index_markdown, README, INDEX
+    readme, index = sections(README.read_text()), index_markdown(json.loads(INDEX.read_text()))
+    differ = [r.split('\n', 1)[0] for r, i in zip(readme, index) if r != i]
+    assert len(readme) == len(index) and not differ, (
+        f"README.md has {len(readme)} sections, nbs/index.ipynb {len(index)} markdown cells; differing: {differ}. "
+        "Run python tools/readme_to_index.py && nbdev_clean")

@@ -68,9 +68,13 @@ def _check_ddp_kwargs(ddp_kwargs:dict):
     _check_kwargs(DistributedDataParallel.__init__, ddp_kwargs, 'DistributedDataParallel', _DDP_OWN_ARGS)
 
 def _register_comm_hook(ddp:DistributedDataParallel, comm_hook:str|None, state=None):
-    "Register hook `comm_hook` on `ddp` with `state` (default: the default process group, or a `PowerSGDState`)"
+    """Register hook `comm_hook` on `ddp` with `state` (default: the default process group, or a `PowerSGDState`).
+    TypeError for `'bf16'` under a backend other than NCCL"""
     if comm_hook is None: return
     _check_comm_hook(comm_hook)
+    if comm_hook == 'bf16' and dist.get_backend(ddp.process_group) != 'nccl':  # torch checks how it was built only
+        raise TypeError(f"comm_hook='bf16' needs the NCCL backend (torch's bf16_compress_hook), and the process "
+                        f"group's is {dist.get_backend(ddp.process_group)!r}: use comm_hook='fp16' or None")
     if state is None and comm_hook == 'powersgd': state = powerSGD_hook.PowerSGDState(process_group=None)
     ddp.register_comm_hook(state, _COMM_HOOKS[comm_hook])
 

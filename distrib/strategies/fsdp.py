@@ -4,7 +4,7 @@
 
 # %% ../../nbs/10d_fsdp.ipynb #91ba92d4
 from __future__ import annotations
-import copy, warnings
+import copy, itertools, warnings
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -104,6 +104,20 @@ def _shard_classes(shard_classes)->tuple:
     return cs
 
 # %% ../../nbs/10d_fsdp.ipynb #ca4b4033
+def _one_device(model:nn.Module)->torch.device|None:
+    "The device that all of `model`'s parameters and buffers are on; None when they are on several, or it has none"
+    ds = {t.device for t in itertools.chain(model.parameters(), model.buffers())}
+    return ds.pop() if len(ds) == 1 else None
+
+def _move_state(model:nn.Module, opt:torch.optim.Optimizer|None, device:torch.device):
+    """Move `model` in place (`Module.to`: the same parameter objects) and the state of `opt`, which updates them, to
+    `device`; a 0-d state (a step count) stays where it is, as torch's optimizers keep it"""
+    model.to(device)
+    if opt is None: return
+    for s in opt.state.values():
+        for k, v in s.items():
+            if torch.is_tensor(v) and v.dim(): s[k] = v.to(device)
+
 def _whole(t, device=None):
     "`t` whole: a `DTensor` gathered (a collective), moved to `device` unless 0-d (a step count stays where it is)"
     if _is_dtensor(t): t = t.full_tensor()
@@ -140,7 +154,7 @@ class FSDPTrainer(DistributedTrainer):
         self.shard_classes, self.min_params = _shard_classes(shard_classes), min_params
         self.param_dtype, self.reduce_dtype = _dtype(param_dtype, 'param_dtype'), _dtype(reduce_dtype, 'reduce_dtype')
         self.reshard_after_forward, self.cpu_offload = reshard_after_forward, cpu_offload
-        self.plain_opt = self.sharded_opt = self.mp_dtype = None
+        self.plain_opt = self.sharded_opt = self.mp_dtype = self.parked = None
         self.units, self.most = [], 0
 
     def _mp_policy(self, device:torch.device, dtype:torch.dtype):
@@ -165,15 +179,28 @@ class FSDPTrainer(DistributedTrainer):
                   reshard_after_forward=self.reshard_after_forward)
         _, _, CPUOffloadPolicy, init_device_mesh = _fsdp2()
         if self.cpu_offload: kw['offload_policy'] = CPUOffloadPolicy(pin_memory=device.type == 'cuda')
-        sharded = copy.deepcopy(model)
-        self.units = shard_model(sharded, init_device_mesh(device.type, (dist.get_world_size(),)),
-                                 self.shard_classes, self.min_params, **kw)
-        set_full_model_state(sharded, model.state_dict(), from_rank0=True)
-        self.plain_opt, self.sharded_opt = learn.opt, None
-        if learn.opt is not None:   # the Learner gets it in `wrap`, once nothing else can fail
-            self.sharded_opt = learn.opt_func(sharded.parameters(), lr=learn.lr)
-            set_full_opt_state(sharded, self.sharded_opt, learn.opt.state_dict(), from_rank0=True)
+        self.plain_opt, self.sharded_opt, home = learn.opt, None, _one_device(model)
+        # The Learner's model and optimizer state wait in CPU memory, not whole on the GPU beside the shards; the copy
+        # is made there too, and `fully_shard` moves each block to `device` as it shards it
+        self.parked = (model, home) if home is not None and home.type != 'cpu' else None
+        if self.parked: _move_state(model, learn.opt, torch.device('cpu'))
+        try:
+            sharded = copy.deepcopy(model)
+            self.units = shard_model(sharded, init_device_mesh(device.type, (dist.get_world_size(),)),
+                                     self.shard_classes, self.min_params, **kw)
+            set_full_model_state(sharded, model.state_dict(), from_rank0=True)
+            if learn.opt is not None:   # the Learner gets it in `wrap`, once nothing else can fail
+                self.sharded_opt = learn.opt_func(sharded.parameters(), lr=learn.lr)
+                set_full_opt_state(sharded, self.sharded_opt, learn.opt.state_dict(), from_rank0=True)
+        except BaseException:
+            self._unpark()
+            raise
         return sharded
+
+    def _unpark(self):
+        "The Learner's model and its optimizer's state back on the device they were on before `_wrap_model`"
+        if self.parked: _move_state(self.parked[0], self.plain_opt, self.parked[1])
+        self.parked = None
 
     def wrap(self):
         "As `DistributedTrainer.wrap`, the model sharded; the Learner's optimizer becomes one over the shards"
@@ -190,14 +217,16 @@ class FSDPTrainer(DistributedTrainer):
         time, straight to the Learner's model's device (not while an exception propagates)"""
         learn, opt = self.learn, self.learn.opt
         learn.opt, self.sharded_opt, self.units = self.plain_opt, None, []
-        if _handling_exception(): return   # gathering needs every rank, and some may be gone
-        mine, device = self.inner.state_dict(), _model_device(self.inner)
-        for k, v in sharded.state_dict().items(): mine[k].copy_(_whole(v))
-        if opt is None: return
-        state = opt.state_dict()   # positions as in the Learner's optimizer: both are `opt_func(parameters)`
-        state['state'] = {i: {k: _whole(v, device) for k, v in s.items()} for i, s in state['state'].items()}
-        if learn.opt is None: learn.opt = learn.opt_func(self.inner.parameters(), lr=learn.lr)
-        learn.opt.load_state_dict(state)
+        try:
+            if _handling_exception(): return   # gathering needs every rank, and some may be gone
+            mine, device = self.inner.state_dict(), _model_device(self.inner)
+            for k, v in sharded.state_dict().items(): mine[k].copy_(_whole(v))
+            if opt is None: return
+            state = opt.state_dict()   # positions as in the Learner's optimizer: both are `opt_func(parameters)`
+            state['state'] = {i: {k: _whole(v, device) for k, v in s.items()} for i, s in state['state'].items()}
+            if learn.opt is None: learn.opt = self.plain_opt = learn.opt_func(self.inner.parameters(), lr=learn.lr)
+            learn.opt.load_state_dict(state)
+        finally: self._unpark()
 
     def before_fit(self):
         "The pre-flight check; a warning when a `MixedPrecision` callback came after the model was sharded"

@@ -134,19 +134,21 @@ if W == 2:  # W=2 only
                 F.cross_entropy(m(x[idx]), y[idx]).backward(); opt.step(); opt.zero_grad()
         return weights(m)
 
+    # the name FSDP2 calls: torch 2.13 renamed reduce_scatter_tensor
+    RS = 'reduce_scatter_single' if hasattr(dist, 'reduce_scatter_single') else 'reduce_scatter_tensor'
     class CountReduceScatter(Callback):
         "How many reduce-scatters (FSDP's gradient collective) each training micro-batch ran"
         order = 20
         def before_fit(self):
-            self.per_batch, self.orig = [], dist.reduce_scatter_single
+            self.per_batch, self.orig = [], getattr(dist, RS)
             def counting(*a, **k):
                 self.n += 1
                 return self.orig(*a, **k)
-            dist.reduce_scatter_single = counting
+            setattr(dist, RS, counting)
         def before_batch(self): self.n = 0
         def after_batch(self):
             if self.learn.training: self.per_batch.append(self.n)
-        def after_fit(self): dist.reduce_scatter_single = self.orig
+        def after_fit(self): setattr(dist, RS, self.orig)
 
     ref = reference(2*BS*W)
     # one reduce-scatter per Linear block; the root holds no parameter of its own here, so none for it

@@ -3,7 +3,8 @@ prints 'CHECK <name> OK' (rank 0) for every check that passed; a failed check ra
 
 MODE:
 - `one`: one process (W=1), one GPU: NCCL group of one, MixedPrecision float16/bf16, Checkpoint on CUDA, a GPU
-  checkpoint loaded on CPU and back, parallel_ctx, FSDP on one rank, compile, lr_find.
+  checkpoint loaded on CPU and back, parallel_ctx, FSDP on one rank (the Learner's model off the GPU meanwhile),
+  compile, lr_find.
 - `share`: W=2 processes sharing GPU 0 over gloo: equal to one process with the global batch.
 - `nccl`: W=2 processes, one GPU each, NCCL: equal to one process; sync_bn; DataParallel over two GPUs; DDP's
   fp16/bf16/PowerSGD hooks.
@@ -155,6 +156,30 @@ if mode == 'one':
     assert any(hasattr(p, 'full_tensor') for p in m.parameters()), 'not sharded'
     close(weights(learn), ref_w, 1e-5, 'fsdp one rank')
     ok('fsdp_one_rank')
+
+    # FSDPTrainer (on the one-rank NCCL group): the Learner's model, on the GPU, waits in CPU memory with its Adam state
+    # while the shards train, so the GPU never holds it whole beside them; after, it is back on the GPU, trained
+    def wide():
+        torch.manual_seed(0)
+        return Seq(nn.Linear(8, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1)).cuda()
+    plain = learner(wide()); plain.fit(2)
+    m = wide(); learn = learner(m); learn.fit(1)
+    P = sum(p.nbytes for p in m.parameters())
+    before = torch.cuda.memory_allocated()   # the model, its Adam state (2 x P), maybe its gradients
+    class During(Callback):
+        def before_fit(self): self.peak, self.home = 0, next(m.parameters()).device
+        def after_batch(self): self.peak = max(self.peak, torch.cuda.memory_allocated())
+    learn.to_distributed(strategy='fsdp', shard_classes=nn.Linear)
+    try: learn.fit(1, cbs=(d := During()))
+    finally: learn.detach_distributed()
+    assert d.home.type == 'cpu', f"the Learner's model stayed on {d.home} during fit"
+    # shards + gradients + Adam state = 4 x P here; with the whole model and its state on the GPU too, 7 x P or more
+    mib = lambda b: f'{b/2**20:.1f} MiB'
+    assert d.peak < before + 2*P, f'peak {mib(d.peak)} during fit, {mib(before)} before, P={mib(P)}'
+    assert next(m.parameters()).device.type == 'cuda' and learn.model is m
+    assert all(v.device.type == 'cuda' for s in learn.opt.state.values() for v in s.values() if v.dim())
+    close(weights(learn), weights(plain), 1e-5, 'fsdp trainer, model parked on CPU')
+    ok('fsdp_model_off_gpu')
 
     learn = learner(make_model().cuda())
     s = learn.lr_find(num_it=30, show_plot=False)
