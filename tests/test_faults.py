@@ -59,7 +59,7 @@ def fault_runs(tmp_path_factory):
     """Every job of FAULTS and of the stall cases, PARALLEL at a time: {mode: (CompletedProcess, seconds from the
     fault to the launcher's exit)}"""
     jobs = {m: () for m in FAULTS} | {m: (3,) for m in STALLS} | {m: () for m in DEADLOCKS} | {m: () for m in SLOW}
-    jobs['skew'] = jobs['skew_abort'] = ()
+    jobs['skew'] = jobs['skew_abort'] = jobs['barrier_bcast'] = ()
     dirs = {m: tmp_path_factory.mktemp(m) for m in jobs}  # here: pytest's mktemp is not safe across threads
     def run(mode): return mode, run_fault(mode, *jobs[mode], tmp=dirs[mode], env=SLOW.get(mode))
     with ThreadPoolExecutor(PARALLEL) as ex: return dict(ex.map(run, jobs))
@@ -144,6 +144,18 @@ def test_skewed_collective_ends_in_seconds(fault_runs):
     assert secs < 15, secs
     assert not orphans(r.tag), orphans(r.tag)
 
+def test_barrier_against_a_broadcast_ends_in_seconds(fault_runs):
+    """Rank 0 in a distrib barrier while rank 1 waits in broadcast_object: rank 0's barrier sees rank 1 wait in
+    another collective and ends the job within seconds (the collective timeout is 60 s), naming both positions"""
+    r, secs = fault_runs['barrier_bcast']
+    report('barrier_bcast: a barrier against a broadcast', secs)
+    s = summary(r)
+    assert r.returncode == 1, s + r.stderr[-3000:]
+    assert s.startswith("distrib.launch: rank 0 failed (exit code 1): RanksDivergedError: rank 0 waits in "
+                        "distrib_barrier(), but rank 1 waits in the collective broadcast_object"), s
+    assert secs < 15, secs
+    assert not orphans(r.tag), orphans(r.tag)
+
 def test_crash_in_a_collective_shows_the_positions(fault_runs):
     """The skewed all_reduce_mean of another size than the Recorder's: gloo aborts a process (SIGABRT), which
     writes no record. The launcher's summary still gives what each rank last published, with the distrib collective
@@ -160,8 +172,9 @@ def test_crash_in_a_collective_shows_the_positions(fault_runs):
     assert not orphans(r.tag), orphans(r.tag)
 
 HEALTHY = ()   # modes without a fault
-ENDS_WELL = ('stall_report',)  # modes whose job ends well
-SLOW = {'stall_report': dict(DISTRIB_STALL_REPORT='2.5'), 'stall_end': dict(DISTRIB_STALL_TIMEOUT='4')}
+ENDS_WELL = ('stall_report', 'stall_worker')  # modes whose job ends well
+SLOW = {'stall_report': dict(DISTRIB_STALL_REPORT='2.5'), 'stall_end': dict(DISTRIB_STALL_TIMEOUT='4'),
+        'stall_worker': dict(DISTRIB_STALL_REPORT='2.5')}
 def _line(text:str)->str:
     "'line N, in fault': where fault.py's line holding `text` shows in a stack"
     lines = (SCRIPTS/'fault.py').read_text().splitlines()
@@ -188,6 +201,21 @@ def test_stall_reported_with_its_stack(fault_runs):
     rest = r.stderr[m.end():]
     assert rest.index("Rank 1's main thread") < rest.index(STALL_LINE) < rest.index("Rank 0's main thread"), rest
     assert "time.sleep(5); return  # STALL_LINE" in rest, rest
+
+def test_stall_in_a_dataloader_worker_reported(fault_runs):
+    """Rank 1's DataLoader worker sleeps 5 s reading an item (as a worker stuck on a lock or a network read) while
+    rank 0 waits in the gradient all-reduce: with a 2.5 s threshold, rank 1 is reported as reading the next batch,
+    with its main thread's stack in the DataLoader; the job goes on and ends well"""
+    r, _ = fault_runs['stall_worker']
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = re.search(r"distrib: probable stall: rank 1 has been in reading the next batch \(epoch 0, training batch \d+\) "
+                  r"for (\d+) s, while rank 0 waits in backward \(DDP's all-reduce of gradients\)", r.stderr)
+    assert m, r.stderr[-3000:]
+    report('stall_worker: rank 1 in a DataLoader worker, reported', float(m.group(1)))
+    assert 2 <= int(m.group(1)) <= 4, m.group(0)
+    assert r.stderr.count('probable stall') == 1, r.stderr[-3000:]
+    rest = r.stderr[m.end():]
+    assert "Rank 1's main thread" in rest and 'dataloader.py' in rest.split("Rank 0's main thread")[0], rest
 
 def test_stall_timeout_ends_the_job(fault_runs):
     """With DISTRIB_STALL_TIMEOUT=4 (or distrib_ctx(stall_timeout=4)), rank 1 stuck in a callback ends the job after

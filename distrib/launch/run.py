@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch.distributed import run as torchrun
 from torch.distributed.launcher import api as launcher_api
 from torch.distributed.launcher.api import elastic_launch
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousError
 from ..runtime.errors import ErrorRecord, Failure, root_failure
@@ -206,10 +206,24 @@ def final_failure(failures:dict)->str|None:
         if getattr(exc, 'restartable', True) is False: return rec.summary
     return None
 
+def _stopped_failures(pcontext, workers:list, failures:dict):
+    """Add to `failures` (global rank -> `ProcessFailure`) each worker of `workers` (torchrun's `Worker`s, by local
+    rank) that the agent stopped and that ended with a non-zero exit code, from `pcontext`'s processes, as torch >=
+    2.9's `SubprocessContext` records them itself (`_capture_process_failures`); torch 2.8's lists only the ranks that
+    failed first, so the summary would lack the others' exit codes and a killed rank's signal"""
+    if pcontext is None or hasattr(pcontext, '_capture_process_failures'): return
+    for local_rank, h in getattr(pcontext, 'subprocess_handlers', {}).items():
+        rank, code = workers[local_rank].global_rank, h.proc.poll()
+        if rank not in failures and code not in (None, 0):
+            failures[rank] = ProcessFailure(local_rank=local_rank, pid=h.proc.pid, exitcode=code,
+                                            error_file=pcontext.error_files[local_rank])
+
 class _Agent(launcher_api.LocalElasticAgent):
-    "torchrun's agent, less the restarts after a failure that says a restart cannot change it (`final_failure`)"
+    """torchrun's agent, less the restarts after a failure that says a restart cannot change it (`final_failure`),
+    with every stopped rank's exit code in a failed run's result (`_stopped_failures`)"""
     def _monitor_workers(self, worker_group):
         result = super()._monitor_workers(worker_group)
+        if result.is_failed(): _stopped_failures(self._pcontext, worker_group.workers, result.failures)
         final = final_failure(result.failures) if result.is_failed() and self._remaining_restarts > 0 else None
         if final:
             print(f"distrib.launch: not restarting ({self._remaining_restarts} restarts left): a restart cannot change "

@@ -14,7 +14,7 @@ from ..state import set_full_model_state, set_full_opt_state, _sharding_types
 from ..callback.fp16 import MixedPrecision, _DTYPES, _default_dtype
 from .ddp import DistributedTrainer
 from .context import _STRATEGIES
-from .preflight import check_models, check_loader
+from .preflight import check_models, check_loader, _check_collectives, _sum_then_divide
 
 def _fsdp2():
     """FSDP2's API, `(fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy, init_device_mesh)`, imported on first need:
@@ -39,25 +39,6 @@ def _check_fsdp():
     if _fsdp2() is None:
         raise RuntimeError(f"strategy='fsdp' needs FSDP2 (torch.distributed.fsdp.fully_shard, torch >= 2.6), and "
                            f"this is torch {torch.__version__}: upgrade torch, or train with strategy='ddp'")
-
-def _check_collectives(device:torch.device):
-    """RuntimeError when the default group's backend cannot reduce-scatter or all-gather `device` tensors, FSDP's two
-    collectives (one tiny probe of each, on every rank), or when FSDP2 cannot run on CPU here (torch < 2.7)"""
-    if device.type == 'cpu' and not hasattr(torch.cpu.Stream, 'record_event'):  # FSDP2's all-gather records events
-        raise RuntimeError(f"strategy='fsdp' on CPU needs torch >= 2.7 (FSDP2's all-gather records events on CPU "
-                           f"streams, torch.cpu.Stream.record_event), and this is torch {torch.__version__}: upgrade "
-                           "torch, train on GPUs, or use strategy='ddp'")
-    ws = dist.get_world_size()
-    reduce_scatter = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor  # torch < 2.13 names
-    all_gather = getattr(dist, 'all_gather_single', None) or dist.all_gather_into_tensor
-    try:
-        reduce_scatter(torch.empty(1, device=device), torch.ones(ws, device=device))
-        all_gather(torch.empty(ws, device=device), torch.ones(1, device=device))
-    except (RuntimeError, NotImplementedError, ValueError) as e:
-        raise RuntimeError(f"strategy='fsdp' needs reduce_scatter and all_gather, and the process group's backend "
-                           f"{dist.get_backend()!r} does not run them on {device.type} tensors ({type(e).__name__}: "
-                           f"{str(e).splitlines()[0] if str(e) else ''}). Use a backend that has them (nccl on "
-                           "GPUs, gloo on CPU), or strategy='ddp'") from e
 
 # %% ../../nbs/10d_fsdp.ipynb #cbee9e8e
 def _has_forward(m:nn.Module)->bool:
@@ -172,7 +153,7 @@ class FSDPTrainer(DistributedTrainer):
 
     def _wrap_model(self, model:nn.Module, device:torch.device, compile_opts:dict|None)->nn.Module:
         "A sharded copy of `model` with rank 0's weights, and the Learner's optimizer rebuilt over its shards"
-        _check_collectives(device)
+        averages = _check_collectives(device)
         check_models(model)  # the same parameters and dtypes on every rank, before FSDP shards them
         learn = self.learn
         kw = dict(mp_policy=self._mp_policy(device, next(model.parameters()).dtype),
@@ -188,6 +169,7 @@ class FSDPTrainer(DistributedTrainer):
             sharded = copy.deepcopy(model)
             self.units = shard_model(sharded, init_device_mesh(device.type, (dist.get_world_size(),)),
                                      self.shard_classes, self.min_params, **kw)
+            if not averages: _sum_then_divide(self.units)
             set_full_model_state(sharded, model.state_dict(), from_rank0=True)
             if learn.opt is not None:   # the Learner gets it in `wrap`, once nothing else can fail
                 self.sharded_opt = learn.opt_func(sharded.parameters(), lr=learn.lr)

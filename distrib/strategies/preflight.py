@@ -140,3 +140,39 @@ def check_loader(dl, model:nn.Module):
               '(shuffle, seed, drop_last, pad)': _loader_order(dl)}
     _agree(fields, _model_device(model), "the loader to evaluate, so the results would mix different data sets",
            "Give validate() and get_preds() the same data on every rank.")
+
+# %% ../../nbs/10a_preflight.ipynb #f5a1c0df
+def _check_collectives(device:torch.device)->bool:
+    """RuntimeError when the default group's backend cannot reduce-scatter or all-gather `device` tensors, FSDP's two
+    collectives (one tiny probe of each, on every rank), or when FSDP2 cannot run on CPU here (torch < 2.7). Returns
+    whether its reduce-scatter averages (`ReduceOp.AVG`, which FSDP2 uses for float32 and bfloat16 gradients): torch
+    2.8's gloo sums instead, silently, which would make every gradient `world_size` times too large"""
+    if device.type == 'cpu' and not hasattr(torch.cpu.Stream, 'record_event'):  # FSDP2's all-gather records events
+        raise RuntimeError(f"strategy='fsdp' on CPU needs torch >= 2.7 (FSDP2's all-gather records events on CPU "
+                           f"streams, torch.cpu.Stream.record_event), and this is torch {torch.__version__}: upgrade "
+                           "torch, train on GPUs, or use strategy='ddp'")
+    ws = dist.get_world_size()
+    reduce_scatter = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor  # torch < 2.13 names
+    all_gather = getattr(dist, 'all_gather_single', None) or dist.all_gather_into_tensor
+    try:
+        reduce_scatter(torch.empty(1, device=device), torch.ones(ws, device=device))
+        all_gather(torch.empty(ws, device=device), torch.ones(1, device=device))
+    except (RuntimeError, NotImplementedError, ValueError) as e:
+        raise RuntimeError(f"strategy='fsdp' needs reduce_scatter and all_gather, and the process group's backend "
+                           f"{dist.get_backend()!r} does not run them on {device.type} tensors ({type(e).__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else ''}). Use a backend that has them (nccl on "
+                           "GPUs, gloo on CPU), or strategy='ddp'") from e
+    out = torch.zeros(1, device=device)
+    try: reduce_scatter(out, torch.full((ws,), float(dist.get_rank() + 1), device=device), op=dist.ReduceOp.AVG)
+    except (RuntimeError, NotImplementedError, ValueError): return False  # no AVG here: FSDP2 must sum, then divide
+    return abs(out.item() - (ws + 1) / 2) < 1e-6  # the mean of 1..ws
+
+def _sum_then_divide(units:list):
+    """Make FSDP2's sharded modules `units` reduce gradients by sums and their own division (as FSDP2 does for float16)
+    instead of `ReduceOp.AVG`; RuntimeError where this torch's FSDP2 cannot (before `set_force_sum_reduction_for_comms`)"""
+    for m in units:
+        if not hasattr(m, 'set_force_sum_reduction_for_comms'):
+            raise RuntimeError(f"strategy='fsdp': the process group's backend {dist.get_backend()!r} does not average "
+                               f"in reduce_scatter on torch {torch.__version__}, and this FSDP2 cannot be told to sum: "
+                               "upgrade torch, or use strategy='ddp'")
+        m.set_force_sum_reduction_for_comms(True)

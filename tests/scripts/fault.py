@@ -12,7 +12,9 @@ catches the error outside `distrib_ctx` and goes on to `gather_object` while ran
 all-reduce), `caught_sleep` (the same, then rank 1 sleeps: it left the context by an exception), `stall_report`
 (long but healthy phases: a 4 s `rank0_first` on rank 0, a 4 s first step on rank 1, a 4 s declared long phase on
 rank 0 before a barrier after `fit`; and one stall: rank 1 sleeps 5 s in a callback at batch 3, then goes on; the job
-ends well), `stall_end` (rank 1 sleeps 600 s in a callback: `DISTRIB_STALL_TIMEOUT` ends the job), `skew` (rank 1
+ends well), `stall_end` (rank 1 sleeps 600 s in a callback: `DISTRIB_STALL_TIMEOUT` ends the job), `stall_worker`
+(rank 1's DataLoader worker sleeps 5 s reading one item of epoch 0, then goes on: the job ends well),
+`barrier_bcast` (rank 0 calls `distrib_barrier` while rank 1 calls `broadcast_object`), `skew` (rank 1
 alone calls `all_reduce_mean` at `after_epoch`, of the Recorder's size: the ranks' collectives pair wrongly from then
 on), `skew_abort` (the same, of another size: gloo aborts a process).
 The rank at fault prints `FAULT_AT <time.time()>` just before the fault. Files go to `$FAULT_DIR` (default: a new
@@ -23,8 +25,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from distrib import (Learner, DataLoaders, Callback, rank_distrib, distrib_barrier, setup_distrib, teardown_distrib,
-                     rank0_first, gather_object, long_phase, all_reduce_mean, CancelFitException, CancelEpochException,
-                     CancelBatchException)
+                     rank0_first, gather_object, broadcast_object, long_phase, all_reduce_mean, CancelFitException,
+                     CancelEpochException, CancelBatchException)
 
 mode, timeout = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 60.
 rank = int(os.environ['RANK'])
@@ -60,7 +62,7 @@ class Fault(Callback):
         if mode.startswith('caught_'):  # rank 1's data does not reach the model's branch (Branchy.skip)
             if rank == 1: mark(); Branchy.skip = True
             return
-        if rank == 1 and mode not in ('save0', 'pipe0', 'skew', 'skew_abort'): fault()
+        if rank == 1 and mode not in ('save0', 'pipe0', 'skew', 'skew_abort', 'stall_worker'): fault()
     def after_epoch(self):
         if mode.startswith('skew') and rank == 1 and self.learn.epoch == 0: mark(); all_reduce_mean(torch.ones(SKEW))
     def after_batch(self):
@@ -83,8 +85,20 @@ class Branchy(nn.Module):
         self.lin, self.branch = nn.Linear(3, 1), nn.Linear(3, 1)
     def forward(self, x): return self.lin(x) if Branchy.skip else self.lin(x) + self.branch(x)
 
+class SlowItem(TensorDataset):
+    "On rank 1, the DataLoader worker reading the 17th item of the first epoch sleeps 5 s (once: a file marks it)"
+    done = os.path.join(os.environ.get('FAULT_DIR') or tempfile.mkdtemp(), 'slept')
+    seen = 0
+    def __getitem__(self, i):
+        SlowItem.seen += 1  # in the worker process: a new one each epoch
+        if rank == 1 and SlowItem.seen == 17 and not os.path.exists(self.done):
+            open(self.done, 'w').close(); mark(); time.sleep(5)  # WORKER_LINE
+        return super().__getitem__(i)
+
 x = torch.randn(800, 3, generator=torch.Generator().manual_seed(0)); y = x.sum(1, keepdim=True)
-dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=4), DataLoader(TensorDataset(x, y), batch_size=8))
+train = (DataLoader(SlowItem(x, y), batch_size=4, num_workers=1) if mode == 'stall_worker' else
+         DataLoader(TensorDataset(x, y), batch_size=4))
+dls = DataLoaders(train, DataLoader(TensorDataset(x, y), batch_size=8))
 model = Branchy() if mode.startswith('caught_') else nn.Linear(3, 1)
 learn = Learner(dls, model, nn.functional.mse_loss, path=os.environ.get('FAULT_DIR') or tempfile.mkdtemp())
 learn.progress.enabled = False
@@ -97,6 +111,9 @@ try:
         if mode == 'barrier':
             if rank == 1: fault()
             distrib_barrier()
+        if mode == 'barrier_bcast':
+            if rank == 1: mark(); broadcast_object('a broadcast that rank 0 never joins')
+            else: distrib_barrier()
         learn.fit(2, cbs=Fault())
         if mode == 'stall_report':
             if rank == 0:
