@@ -33,6 +33,7 @@ def test_restart_resumes_exactly(tmp_path, run):
     for name in ('world_epoch', 'world_batch_refused', 'world_mid_epoch'): assert checked(w.stdout, name), w.stdout
     maxdiffs(w.stdout)
 
+@pytest.mark.slow  # about 25 s of two launched jobs; CI runs it
 def test_preemption_resumes_exactly(tmp_path):
     """SIGTERM to the launcher in the middle of epoch 1: every rank finishes its step, the same step on both, a
     checkpoint is written and the job exits with 128+15; the next launch resumes and ends as an uninterrupted run"""

@@ -1,11 +1,15 @@
 """Real clusters: on a one-node Slurm cluster started by the `slurm` fixture (tests/cluster.py) and with Open MPI,
 `srun`, `sbatch` and `mpirun` start examples/train_digits.py on 2 processes that find each other with no variable
 set by hand, and report the numbers of the torchrun run; `python -m distrib.env --check` under each says what it
-detected; a preempted batch job is requeued from rank 0 and runs again. Several checks per job: they are slow."""
+detected; a preempted batch job is requeued from rank 0 and runs again. Several checks per job: they are slow,
+about two minutes (behind `-m slow`, which CI runs)."""
 import re, shlex, sys, time
+import pytest
 from pathlib import Path
 from conftest import ROOT, SCRIPTS, digits_numbers
 from distrib.runtime.clusters import job_port
+
+pytestmark = pytest.mark.slow
 
 def _env(base:dict)->dict:
     "`base` with this interpreter's directory first on PATH (`python` in the job scripts) and one thread per process"

@@ -2,7 +2,7 @@
 import json, re
 import pytest
 
-@pytest.mark.parametrize('world_size', [2, 3])
+@pytest.mark.parametrize('world_size', [2, pytest.param(3, marks=pytest.mark.slow)])  # 3: CI runs it (-m slow)
 def test_exactness(world_size, request):
     "tests/scripts/exactness.py in the shared job of `world_size` processes"
     out = request.getfixturevalue({2: 'together', 3: 'together3'}[world_size])('exactness')

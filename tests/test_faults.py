@@ -1,6 +1,7 @@
 """Faults end the whole job quickly, the launcher's output names the rank and the cause, and no process is left
 behind; bad set-ups fail on every rank at once, never hang. Run with `pytest -s` to see how long each fault took to
-end (the FAULT-TIME lines). Signals to the launcher: tests/test_launcher_signals.py; bad set-ups: test_disagree.py."""
+end (the FAULT-TIME lines). The cases of a job alive but not moving (stalls, deadlocks, skewed collectives) run
+behind `-m slow`. Signals to the launcher: tests/test_launcher_signals.py; bad set-ups: test_disagree.py."""
 import re, time
 from concurrent.futures import ThreadPoolExecutor
 import pytest
@@ -54,25 +55,37 @@ FAULTS = {  # fault.py mode: (the launcher's exit code, the start of its first l
 
 PARALLEL = 2  # fault jobs run at once: they mostly wait (for a heartbeat, a timeout), so they share the 2 cores
 
-@pytest.fixture(scope='module')
-def fault_runs(tmp_path_factory):
-    """Every job of FAULTS and of the stall cases, PARALLEL at a time: {mode: (CompletedProcess, seconds from the
-    fault to the launcher's exit)}"""
-    jobs = {m: () for m in FAULTS} | {m: (3,) for m in STALLS} | {m: () for m in DEADLOCKS} | {m: () for m in SLOW}
-    jobs['skew'] = jobs['skew_abort'] = jobs['barrier_bcast'] = ()
+def run_faults(jobs:dict, tmp_path_factory)->dict:
+    """The fault.py jobs `jobs` ({mode: its extra arguments}), PARALLEL at a time: {mode: (CompletedProcess, seconds
+    from the fault to the launcher's exit)}"""
     dirs = {m: tmp_path_factory.mktemp(m) for m in jobs}  # here: pytest's mktemp is not safe across threads
     def run(mode): return mode, run_fault(mode, *jobs[mode], tmp=dirs[mode], env=SLOW.get(mode))
     with ThreadPoolExecutor(PARALLEL) as ex: return dict(ex.map(run, jobs))
 
-@pytest.mark.parametrize('mode', FAULTS)
-def test_fault_ends_the_job_naming_its_cause(mode, fault_runs):
+LATER = ('cancel_epoch', 'cancel_batch', 'pipe0')  # as cancel_fit and reset0 are: behind `-m slow`
+
+@pytest.fixture(scope='module')
+def fault_runs(tmp_path_factory):
+    "Every job of FAULTS but LATER (see `run_faults`)"
+    return run_faults({m: () for m in FAULTS if m not in LATER}, tmp_path_factory)
+
+@pytest.fixture(scope='module')
+def slow_runs(tmp_path_factory):
+    """The jobs of the cases of a job alive but not moving, and of LATER (see `run_faults`): behind `-m slow`, which
+    CI runs, to keep the README's test command short"""
+    jobs = ({m: (3,) for m in STALLS} | {m: () for m in DEADLOCKS} | {m: () for m in SLOW} |
+            {m: () for m in ('skew', 'skew_abort', 'barrier_bcast', *LATER)})
+    return run_faults(jobs, tmp_path_factory)
+
+@pytest.mark.parametrize('mode', [pytest.param(m, marks=pytest.mark.slow) if m in LATER else m for m in FAULTS])
+def test_fault_ends_the_job_naming_its_cause(mode, request):
     """One fault of a kind a cluster sees every week (see fault.py): the job ends within 10 s of it with the right
     exit code, the launcher's first line names the rank at fault and the cause, and no process is left. Frozen
     (SIGSTOP) and exited-early ranks are found by the others' watchdogs, a Cancel*Exception or a barrier on one
     rank is refused at once, a peer that ignores SIGTERM or is frozen does not delay the end, and a rank's own
     ConnectionResetError or BrokenPipeError is the cause, not a lost peer."""
     code, first, others = FAULTS[mode]
-    r, secs = fault_runs[mode]
+    r, secs = request.getfixturevalue('slow_runs' if mode in LATER else 'fault_runs')[mode]
     report(mode, secs)
     s = summary(r)
     assert r.returncode == code, s + r.stderr[-3000:]
@@ -83,12 +96,13 @@ def test_fault_ends_the_job_naming_its_cause(mode, fault_runs):
 
 STALLS = {'hang': B3, 'barrier': 'its script, outside any Learner event or distrib operation'}
 
+@pytest.mark.slow
 @pytest.mark.parametrize('mode', STALLS)
-def test_stall_names_the_rank_that_did_not_arrive(mode, fault_runs):
+def test_stall_names_the_rank_that_did_not_arrive(mode, slow_runs):
     """Rank 1 alive but stuck (not dead) past a 3 s timeout, while rank 0 waits in the gradient all-reduce, or in a
     distrib barrier: the launcher names rank 1 and where it is (not rank 0, which waited), and rank 0's error names
     the collective and the timeout to raise"""
-    r, secs = fault_runs[mode]
+    r, secs = slow_runs[mode]
     report(f'{mode}: rank 1 stuck past a 3 s timeout', secs)
     s = summary(r)
     assert r.returncode == 1, s + r.stderr[-3000:]
@@ -106,13 +120,14 @@ CAUGHT_AT = "(raised in the batch (forward and loss) (epoch 0, training batch 4)
 
 DEADLOCKS = {'caught_gather': 'in the collective gather_object', 'caught_sleep': 'in its script, outside any'}
 
+@pytest.mark.slow
 @pytest.mark.parametrize('mode', DEADLOCKS)
-def test_deadlock_ends_in_seconds(mode, fault_runs):
+def test_deadlock_ends_in_seconds(mode, slow_runs):
     """A caught one-rank error: DDP raises on rank 1 only (the model's branch ran on rank 0's data only), the script
     catches it outside distrib_ctx and goes on (to a gather_object, or to sleep) while rank 0 waits in the gradient
     all-reduce. Rank 0's watchdog sees that no rank can ever move and ends the job within seconds (the collective
     timeout is 60 s), naming both positions and the exception that started it, with rank 0's stack"""
-    r, secs = fault_runs[mode]
+    r, secs = slow_runs[mode]
     report(f'{mode}: a caught one-rank error, then a deadlock', secs)
     s = summary(r)
     assert r.returncode == 1, s + r.stderr[-3000:]
@@ -125,12 +140,13 @@ def test_deadlock_ends_in_seconds(mode, fault_runs):
     assert secs < 15, secs
     assert not orphans(r.tag), orphans(r.tag)
 
-def test_skewed_collective_ends_in_seconds(fault_runs):
+@pytest.mark.slow
+def test_skewed_collective_ends_in_seconds(slow_runs):
     """Rank 1 alone calls all_reduce_mean at after_epoch (of the size of the Recorder's, so gloo pairs it with rank
     0's and every later collective is off by one): both ranks then wait in the gradient all-reduce of the same step,
     after different numbers of distrib collectives. A watchdog ends the job within seconds (the collective timeout
     is 60 s) with a RanksDivergedError that says so"""
-    r, secs = fault_runs['skew']
+    r, secs = slow_runs['skew']
     report('skew: all_reduce_mean on rank 1 only', secs)
     s = summary(r)
     assert r.returncode == 1, s + r.stderr[-3000:]
@@ -144,10 +160,11 @@ def test_skewed_collective_ends_in_seconds(fault_runs):
     assert secs < 15, secs
     assert not orphans(r.tag), orphans(r.tag)
 
-def test_barrier_against_a_broadcast_ends_in_seconds(fault_runs):
+@pytest.mark.slow
+def test_barrier_against_a_broadcast_ends_in_seconds(slow_runs):
     """Rank 0 in a distrib barrier while rank 1 waits in broadcast_object: rank 0's barrier sees rank 1 wait in
     another collective and ends the job within seconds (the collective timeout is 60 s), naming both positions"""
-    r, secs = fault_runs['barrier_bcast']
+    r, secs = slow_runs['barrier_bcast']
     report('barrier_bcast: a barrier against a broadcast', secs)
     s = summary(r)
     assert r.returncode == 1, s + r.stderr[-3000:]
@@ -156,11 +173,12 @@ def test_barrier_against_a_broadcast_ends_in_seconds(fault_runs):
     assert secs < 15, secs
     assert not orphans(r.tag), orphans(r.tag)
 
-def test_crash_in_a_collective_shows_the_positions(fault_runs):
+@pytest.mark.slow
+def test_crash_in_a_collective_shows_the_positions(slow_runs):
     """The skewed all_reduce_mean of another size than the Recorder's: gloo aborts a process (SIGABRT), which
     writes no record. The launcher's summary still gives what each rank last published, with the distrib collective
     each last entered: rank 1's extra one at after_epoch"""
-    r, secs = fault_runs['skew_abort']
+    r, secs = slow_runs['skew_abort']
     report('skew_abort: gloo aborts a rank', secs)
     s = summary(r)
     assert r.returncode == 134, s + r.stderr[-3000:]
@@ -182,13 +200,14 @@ def _line(text:str)->str:
 STALL_LINE = _line('# STALL_LINE')  # rank 1's 5 s sleep
 STUCK_LINE = _line("time.sleep(600)  # 'hang'")  # rank 1's 600 s sleep
 
-def test_stall_reported_with_its_stack(fault_runs):
+@pytest.mark.slow
+def test_stall_reported_with_its_stack(slow_runs):
     """Rank 1 sleeps 5 s in a callback while rank 0 waits in the gradient all-reduce: with a 2.5 s threshold
     (DISTRIB_STALL_REPORT; by default max(60 s, 20 steps)), rank 1's watchdog reports where it is, for how long, what
     rank 0 waits in, and both stacks (rank 1's at the line of its sleep); the job goes on and ends well. The same job
     has long but healthy phases, not reported (4 s each): rank0_first's function on rank 0, the first training step
     on rank 1, a declared long phase on rank 0 (as Learner.save writes a large state) before a barrier."""
-    r, _ = fault_runs['stall_report']
+    r, _ = slow_runs['stall_report']
     assert r.returncode == 0, r.stderr[-3000:]
     m = re.search(r"distrib: probable stall: rank 1 has been in before_batch \(epoch 0, training batch 3\) for (\d+) "
                   r"s, while rank 0 waits in backward \(DDP's all-reduce of gradients\) \(epoch 0, training batch 3\)",
@@ -202,11 +221,12 @@ def test_stall_reported_with_its_stack(fault_runs):
     assert rest.index("Rank 1's main thread") < rest.index(STALL_LINE) < rest.index("Rank 0's main thread"), rest
     assert "time.sleep(5); return  # STALL_LINE" in rest, rest
 
-def test_stall_in_a_dataloader_worker_reported(fault_runs):
+@pytest.mark.slow
+def test_stall_in_a_dataloader_worker_reported(slow_runs):
     """Rank 1's DataLoader worker sleeps 5 s reading an item (as a worker stuck on a lock or a network read) while
     rank 0 waits in the gradient all-reduce: with a 2.5 s threshold, rank 1 is reported as reading the next batch,
     with its main thread's stack in the DataLoader; the job goes on and ends well"""
-    r, _ = fault_runs['stall_worker']
+    r, _ = slow_runs['stall_worker']
     assert r.returncode == 0, r.stderr[-3000:]
     m = re.search(r"distrib: probable stall: rank 1 has been in reading the next batch \(epoch 0, training batch \d+\) "
                   r"for (\d+) s, while rank 0 waits in backward \(DDP's all-reduce of gradients\)", r.stderr)
@@ -217,10 +237,11 @@ def test_stall_in_a_dataloader_worker_reported(fault_runs):
     rest = r.stderr[m.end():]
     assert "Rank 1's main thread" in rest and 'dataloader.py' in rest.split("Rank 0's main thread")[0], rest
 
-def test_stall_timeout_ends_the_job(fault_runs):
+@pytest.mark.slow
+def test_stall_timeout_ends_the_job(slow_runs):
     """With DISTRIB_STALL_TIMEOUT=4 (or distrib_ctx(stall_timeout=4)), rank 1 stuck in a callback ends the job after
     about 4 s, long before the collective's timeout (60 s): the launcher names rank 1, its position and its stack"""
-    r, secs = fault_runs['stall_end']
+    r, secs = slow_runs['stall_end']
     report('stall_end: rank 1 stuck, DISTRIB_STALL_TIMEOUT=4', secs)
     s = summary(r)
     assert r.returncode == 1, s + r.stderr[-3000:]

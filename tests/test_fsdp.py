@@ -1,19 +1,24 @@
 """FSDP (distrib_ctx(strategy='fsdp')) on 2 and 3 gloo processes: the same weights as DDP, exact metrics, 1/W of the
 memory, accumulation, mixed precision, clipping, whole and sharded checkpoints (resharded from 2 ranks to 3 and to
 one process). One script runs every check (tests/scripts/fsdp.py, in the shared jobs of 2 and 3 processes); each
-test reads its lines."""
+test reads its lines. The job of 3 processes runs behind `-m slow` (CI runs it)."""
 import pytest, torch
 from torch import nn
 from conftest import checked
 
 @pytest.fixture(scope='module')
-def runs(together, together3):
-    """fsdp.py in the shared job of 2 processes, then in the one of 3, which loads the sharded checkpoint the first
-    wrote: (the script's directory, {2: output, 3: output})"""
-    return together.dir/'fsdp', {2: together('fsdp'), 3: together3('fsdp')}
+def runs(together):
+    "fsdp.py in the shared job of 2 processes: (the script's directory, {2: output})"
+    return together.dir/'fsdp', {2: together('fsdp')}
 
-@pytest.fixture(params=[2, 3], ids=['W2', 'W3'])
-def out(request, runs): return runs[1][request.param]
+@pytest.fixture(scope='module')
+def out3(together3):
+    """fsdp.py in the shared job of 3 processes, which loads the sharded checkpoint the job of 2 wrote: its output
+    (the tests that read it are behind `-m slow`, which CI runs: the job of 3 takes most of a minute)"""
+    return together3('fsdp')
+
+@pytest.fixture(params=[2, pytest.param(3, marks=pytest.mark.slow)], ids=['W2', 'W3'])
+def out(request, runs): return runs[1][2] if request.param == 2 else request.getfixturevalue('out3')
 
 @pytest.fixture
 def out2(runs):
@@ -52,7 +57,8 @@ def test_checkpoints(out):
 def test_bad_options(out2):
     for name in ['comm_hook', 'shard_class', 'strategy', 'min_params']: assert checked(out2, f'bad_option_{name}'), out2
 
-def test_sharded_checkpoint_reshards_2_to_3(runs): assert checked(runs[1][3], 'reshard_2_to_3'), runs[1][3]
+@pytest.mark.slow
+def test_sharded_checkpoint_reshards_2_to_3(out3): assert checked(out3, 'reshard_2_to_3'), out3
 
 def _plain_learner(path, model_dir:str):
     "A Learner in this process, not distributed, with tests/scripts/fsdp.py's model (fresh weights) and Adam"
@@ -88,11 +94,12 @@ def test_checkpoint_resumes_fsdp_mid_epoch(out):
     for name in ['checkpoint_sharded_layout', 'ck_sharded_resume', 'checkpoint_whole_layout', 'ck_whole_resume']:
         assert checked(out, name), out
 
-def test_checkpoint_reshards_2_to_3(runs):
+@pytest.mark.slow
+def test_checkpoint_reshards_2_to_3(out3):
     """The W=2 Checkpoint directories on 3 ranks: the mid-epoch one refused, the epoch's one resumed (its state
     exactly, a warning on the global batch)"""
     for name in ['checkpoint_mid_epoch_other_world_refused', 'checkpoint_reshard_2_to_3']:
-        assert checked(runs[1][3], name), runs[1][3]
+        assert checked(out3, name), out3
 
 def test_checkpoint_directory_loads_in_one_process(runs):
     "A Checkpoint directory 2 ranks wrote, with learn.load in this process: the whole file of the same step's state"

@@ -1,6 +1,7 @@
 "The launcher: exit codes and argument errors"
 import os, re, sys, subprocess
 from concurrent.futures import ThreadPoolExecutor
+import pytest
 from conftest import launch, ROOT, SCRIPTS
 
 TORCHRUN_LOG = re.compile(r'^[IWE]\d{4} ', re.M)  # torchrun's log lines: "W1121 17:47:31.292000 24855 torch/..."
@@ -104,6 +105,7 @@ def _free_port()->int:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
 
+@pytest.mark.slow  # two launchers as two nodes, about 12 s; CI runs it
 def test_two_nodes_one_job():
     "Two launchers, --nnodes 2 on this machine (static rendezvous through --master_addr/--master_port): one world of 4"
     port = _free_port()
@@ -123,6 +125,7 @@ def test_two_nodes_one_job():
             found[int(rank)] = (node, int(local))
     assert found == {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}, [(r.stdout, r.stderr) for r in runs]
 
+@pytest.mark.slow  # a rendezvous that waits for a node that never comes, about 10 s; CI runs it
 def test_node_alone_gives_up():
     "--nnodes 2 started on one node only: it says what it waits for, then gives up with one line after the timeout"
     r = _main('--nnodes', '2', '--master_port', _free_port(), '--rdzv_conf', 'timeout=3', SCRIPTS/'multinode.py')

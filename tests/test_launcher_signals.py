@@ -1,8 +1,11 @@
 """Signals to the launcher (Ctrl-C, SIGTERM, SIGKILL) end every worker within seconds, none left behind. Run with
-`pytest -s` to see how long each took (the FAULT-TIME lines)."""
+`pytest -s` to see how long each took (the FAULT-TIME lines). Behind `-m slow` (which CI runs): they wait for
+real signals to travel through the launcher, about 40 s of jobs."""
 import os, re, signal, subprocess, sys, time
 import pytest
 from conftest import orphans, new_tag, tagged, report, SCRIPTS, ROOT
+
+pytestmark = pytest.mark.slow
 
 def _wait_for(path, marker, proc, timeout=120):
     "Wait until `marker` appears in file `path` written by `proc`; return the file's text"

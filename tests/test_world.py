@@ -29,7 +29,7 @@ def test_slurm_four_tasks_never_four_worlds():
     assert r.returncode != 0
     assert 'slurm started 4 tasks' in r.stderr and 'WORLD_SIZE=1' in r.stderr, r.stderr[-2000:]
 
-@pytest.mark.parametrize('launcher', ['distrib.launch', 'torchrun'])
+@pytest.mark.parametrize('launcher', ['distrib.launch', pytest.param('torchrun', marks=pytest.mark.slow)])  # CI runs both
 def test_exit_after_an_exception(launcher):
     "An uncaught exception after training, on rank 1 only: the job ends at once, the exit names it, no hang"
     if launcher == 'torchrun':
