@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Run the whole test suite (the README's test command: the notebooks, then pytest) on another torch, in a venv of
-# its own outside the repository:
+# Run the whole test suite on another torch, as CI runs it (the README's test command: the notebooks, then pytest;
+# then pytest's slow and bench sets), in a venv of its own outside the repository:
 #
 #     bash tests/torch_versions.sh 2.6.0                 # Python 3.11
 #     bash tests/torch_versions.sh 2.15.0 python3.12     # another Python
@@ -31,7 +31,7 @@ cmd=$(awk '/<!-- test-command/{f=1; next} f && /^```/{if (n++) exit; next} f' RE
 tests=nbdev_test${cmd#*&& nbdev_test}
 echo "running: $tests"
 set +e
-eval "$tests"
+eval "$tests" && python -m pytest -q -n 2 -m slow tests && python -m pytest -q -m bench tests
 code=$?
 echo "torch $version, Python $pyver: exit code $code after $(( $(date +%s) - start )) s"
 exit $code

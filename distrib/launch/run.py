@@ -247,6 +247,9 @@ def _run(args, verbose:bool):
         line = waiting_line(args)
         if line: print(line, file=sys.stderr, flush=True)
         os.environ['DISTRIB_LAUNCHER_PID'] = str(os.getpid())  # the workers die with this process (runtime.procs)
+        # A dynamic rendezvous re-run after a node is lost may make this node rank 0: torch < 2.13 then asserts that
+        # it hosts the shared store it never created. Each attempt's rank 0 hosts the workers' store instead.
+        if args.rdzv_backend != 'static': os.environ.setdefault('TORCH_DISABLE_SHARE_RDZV_TCP_STORE', '1')
         try:
             with reaping_stopped_children(), _our_agent():
                 elastic_launch(config=config, entrypoint=cmd)(*cmd_args)

@@ -4,11 +4,11 @@
 
 # %% ../../nbs/01e_stalls.ipynb #982d810c
 from __future__ import annotations
-import os, sys, math, threading, traceback, statistics
+import os, sys, json, math, threading, traceback, statistics
 from collections import deque
 from contextlib import contextmanager
 from .errors import CollectiveTimeoutError, RanksDivergedError
-from .position import _Here, describe
+from .position import _Here, describe, position
 from .liveness import _CHECKS, report_failure, _parse
 from .waits import MISMATCH_AFTER, _heartbeats, _waits_in_collective
 
@@ -77,6 +77,7 @@ class _Watch:
         self.last = None               # ((epoch, batch), time) of the last training position that changed
         self.reported = None           # the position (key) whose stall was reported
         self.published = None          # the position (key) whose stack this rank published
+        self.suspect = None            # (position key, deadlock, peers' beats) first seen, not yet confirmed
 
     def note(self, p:dict, now:float):
         "Time the training steps from position `p` seen at `now`"
@@ -152,6 +153,15 @@ def _deadlock(dog, mine:dict, odd:dict, hbs:dict):
                    f"\nRank {me}'s main thread (innermost last):\n{main_stack()}")
     dog.end(err)
 
+def _confirmed(w:_Watch, key:str, odd:dict, hbs:dict)->bool:
+    """True when deadlock `odd` (`_diverged`) was seen at an earlier tick too, with this rank at position `key` since
+    and each rank of `odd` having sent a heartbeat since (its `beat` grew); else remembers this sighting"""
+    seen = (key, json.dumps(odd, sort_keys=True))
+    if w.suspect is None or w.suspect[:2] != seen:
+        w.suspect = seen + ({r: hbs[r].get('beat', 0) for r in odd},)
+        return False
+    return all(hbs[r].get('beat', 0) > w.suspect[2][r] for r in odd)
+
 def _first_step(learn)->bool:
     "True while `learn` (a Learner or None) is in the first training step of its fit"
     return (learn is not None and learn.training and learn.iter == 0
@@ -203,7 +213,8 @@ def watch(dog,        # the rank's `_Watchdog`, its peers found alive this tick
     me = dog.world.rank
     hbs = _heartbeats([r for r in range(dog.world.world_size) if r != me], dog.store)
     odd = _diverged(mine, hbs, hold, _Here.colls)
-    if odd: _deadlock(dog, mine, odd, hbs)
+    if not odd: w.suspect = None
+    elif _confirmed(w, dog.pos_key, odd, hbs) and position() == mine: _deadlock(dog, mine, odd, hbs)
 
 _CHECKS.append(watch)
 
