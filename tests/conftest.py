@@ -93,7 +93,7 @@ def report(fault:str, secs:float, since:str='the fault'):
 
 # The files whose jobs take longest, first: `pytest -n 2 --dist loadfile` hands files to its two workers in this
 # order, so the long ones do not start last and leave one worker idle at the end
-SLOW_FIRST = ['test_faults', 'test_fsdp', 'test_clusters', 'test_checkpoint', 'test_reshard', 'test_launcher_signals',
+SLOW_FIRST = ['test_reshard', 'test_faults', 'test_fsdp', 'test_clusters', 'test_checkpoint', 'test_launcher_signals',
               'test_disagree', 'test_distributed', 'test_launch']
 
 def pytest_collection_modifyitems(config, items):

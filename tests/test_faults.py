@@ -106,7 +106,7 @@ def test_stall_names_the_rank_that_did_not_arrive(mode, slow_runs):
     report(f'{mode}: rank 1 stuck past a 3 s timeout', secs)
     s = summary(r)
     assert r.returncode == 1, s + r.stderr[-3000:]
-    assert re.match(r'distrib.launch: rank 1 failed \(exit code (-15|1)\): did not arrive: it is alive and has been '
+    assert re.match(r'distrib.launch: rank 1 failed( \(exit code 1\))?: did not arrive: it is alive and has been '
                     rf'there for at least \d s in {re.escape(STALLS[mode])} \(reported by rank 0\)', s), s
     assert re.search(r'then rank 0 ended \(exit code (1|-15)\): CollectiveTimeoutError: timed out waiting for rank 1',
                      s), s

@@ -107,6 +107,7 @@ def failure_summary(e:ChildFailedError)->str:
     else:
         code = root.exitcode
         if code == -signal.SIGTERM and root.own: code = root.job_exit_code  # stopped while exiting: a peer ended first
+        if code == -signal.SIGTERM and root.cause is not None and not root.own: code = None  # stopped once reported
         code = '' if code is None else f" (exit code {code})"
         lines = [f"distrib.launch: rank {root.rank} failed{code}: {indent(root.text)}"]
         hbs = getattr(e, 'positions', None)  # set by `_run`: what the ranks last published (issue 23)
