@@ -14,7 +14,7 @@ from ..state import set_full_model_state, set_full_opt_state, _sharding_types
 from ..callback.fp16 import MixedPrecision, _DTYPES, _default_dtype
 from .ddp import DistributedTrainer
 from .context import _STRATEGIES
-from .preflight import check_models, check_loader, _check_collectives, _sum_then_divide
+from .preflight import check_models, check_loader, _check_collectives
 
 def _fsdp2():
     """FSDP2's API, `(fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy, init_device_mesh)`, imported on first need:
@@ -39,6 +39,16 @@ def _check_fsdp():
     if _fsdp2() is None:
         raise RuntimeError(f"strategy='fsdp' needs FSDP2 (torch.distributed.fsdp.fully_shard, torch >= 2.6), and "
                            f"this is torch {torch.__version__}: upgrade torch, or train with strategy='ddp'")
+
+def _sum_then_divide(units:list):
+    """Make FSDP2's sharded modules `units` reduce gradients by sums and their own division (as FSDP2 does for float16)
+    instead of `ReduceOp.AVG`; RuntimeError where this torch's FSDP2 cannot (before `set_force_sum_reduction_for_comms`)"""
+    for m in units:
+        if not hasattr(m, 'set_force_sum_reduction_for_comms'):
+            raise RuntimeError(f"strategy='fsdp': the process group's backend {dist.get_backend()!r} does not average "
+                               f"in reduce_scatter on torch {torch.__version__}, and this FSDP2 cannot be told to sum: "
+                               "upgrade torch, or use strategy='ddp'")
+        m.set_force_sum_reduction_for_comms(True)
 
 # %% ../../nbs/10d_fsdp.ipynb #cbee9e8e
 def _has_forward(m:nn.Module)->bool:

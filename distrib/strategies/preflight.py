@@ -166,13 +166,3 @@ def _check_collectives(device:torch.device)->bool:
     try: reduce_scatter(out, torch.full((ws,), float(dist.get_rank() + 1), device=device), op=dist.ReduceOp.AVG)
     except (RuntimeError, NotImplementedError, ValueError): return False  # no AVG here: FSDP2 must sum, then divide
     return abs(out.item() - (ws + 1) / 2) < 1e-6  # the mean of 1..ws
-
-def _sum_then_divide(units:list):
-    """Make FSDP2's sharded modules `units` reduce gradients by sums and their own division (as FSDP2 does for float16)
-    instead of `ReduceOp.AVG`; RuntimeError where this torch's FSDP2 cannot (before `set_force_sum_reduction_for_comms`)"""
-    for m in units:
-        if not hasattr(m, 'set_force_sum_reduction_for_comms'):
-            raise RuntimeError(f"strategy='fsdp': the process group's backend {dist.get_backend()!r} does not average "
-                               f"in reduce_scatter on torch {torch.__version__}, and this FSDP2 cannot be told to sum: "
-                               "upgrade torch, or use strategy='ddp'")
-        m.set_force_sum_reduction_for_comms(True)
