@@ -14,27 +14,16 @@ from .runtime.world import current_world
 from .runtime.group import group_timeout
 from .runtime.waits import agree_cancel
 from .runtime.collectives import gather_in_order
-from .data import DistributedDL, IterableShards
+from .data import DataLoaders, DistributedDL, IterableShards
 from .callback.core import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
 from .metrics import Metric, AvgMetric
 from .recorder import Recorder, ProgressCallback, GatherPreds
-from .saving import LearnerSaving, _model_device
+from .model import model_device
+from .saving import LearnerSaving
 
 # %% auto #0
-__all__ = ['DataLoaders', 'Learner']
-
-# %% ../nbs/19_learner.ipynb #70401599
-class DataLoaders:
-    "A training DataLoader and validation DataLoaders: `dls.train` is `loaders[0]`, `dls.valid` is `loaders[1]`"
-    def __init__(self, *loaders): self.loaders = list(loaders)
-    def __getitem__(self, i): return self.loaders[i]
-    def __len__(self): return len(self.loaders)
-    @property
-    def train(self): return self.loaders[0]
-    @property
-    def valid(self): return self.loaders[1]
-    def __repr__(self): return f"DataLoaders({', '.join(type(o).__name__ for o in self.loaders)})"
+__all__ = ['Learner']
 
 # %% ../nbs/19_learner.ipynb #dca0a665
 def _to_device(b, device:torch.device):
@@ -215,9 +204,9 @@ class Learner(LearnerSaving):
         self._event = 'fetch'  # what follows: reading the next batch
 
     def all_batches(self):
-        """Run every batch of `self.dl`, from its `start_batch` for a `DistributedDL` or `IterableShards` resumed mid-epoch;
-        `n_iter` is its length, None for a loader without one (an IterableDataset's)"""
-        self.n_iter, self._device = _n_batches(self.dl), _model_device(self.model)
+        """Run every batch of `self.dl`, from its `start_batch` for a `DistributedDL` or `IterableShards` resumed
+        mid-epoch; `n_iter` is its length, None for a loader without one (an IterableDataset's)"""
+        self.n_iter, self._device = _n_batches(self.dl), model_device(self.model)
         start = self.dl.start_batch if isinstance(self.dl, (DistributedDL, IterableShards)) else 0
         for i, b in enumerate(self.dl, start): self.one_batch(i, b)
 

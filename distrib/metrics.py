@@ -8,18 +8,12 @@ import torch
 import torch.nn.functional as F
 from fastcore.basics import class2attr
 from .runtime.collectives import all_reduce_sum, gather_in_order
+from .data import find_bs
 
 # %% auto #0
 __all__ = ['Metric', 'AvgMetric', 'AvgLoss', 'accuracy', 'AccumMetric']
 
 # %% ../nbs/13_metrics.ipynb #b2eee10d
-def _find_bs(b)->int:
-    "Batch size of `b`: the first dim of its first tensor"
-    for o in b:
-        if isinstance(o, torch.Tensor): return o.shape[0] if o.dim() else 1
-        if isinstance(o, (list, tuple)) and o: return _find_bs(o)
-    return 1
-
 class Metric:
     """Base class of metrics: `reset()` before a pass, `accumulate(learn)` after each batch, `sync(dl)` to combine
     the ranks' shards of the sharded loader `dl` (every rank calls it), then `value`; `name` labels its column"""
@@ -45,7 +39,7 @@ class AvgMetric(Metric):
     def total(self, t:torch.Tensor): self._total, self._host = t, 0.
     def _batch_value(self, learn): return self.func(learn.pred, *learn.yb)
     def accumulate(self, learn):
-        bs = _find_bs(learn.yb)
+        bs = find_bs(learn.yb)
         v = self._batch_value(learn)
         if v.is_cpu and v.numel() == 1: self._host += v.item()*bs  # CPU: no device to wait for
         else: self._total = self._total.to(v.device) + v.detach().double()*bs

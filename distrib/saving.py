@@ -4,37 +4,15 @@
 
 # %% ../nbs/18_saving.ipynb #40d0f1e4
 from __future__ import annotations
-import sys
 from pathlib import Path
-from torch import nn
-import torch
 from .runtime.group import distrib_barrier
+from .model import unwrap_model, model_device
 from .files import save_file, load_file, check_opt_state, opt_type, on_rank0
 from .state import (is_sharded, full_model_state, full_opt_state, set_full_model_state, set_full_opt_state,
                            save_sharded, load_sharded)
 
 # %% auto #0
-__all__ = ['unwrap_model', 'LearnerSaving']
-
-# %% ../nbs/18_saving.ipynb #e3b4cb16
-def _model_device(model)->torch.device:
-    "Device of `model`'s first parameter or buffer; CPU for a model with neither"
-    for t in model.parameters(): return t.device
-    for t in model.buffers(): return t.device
-    return torch.device('cpu')
-
-def _compiled(model)->bool:
-    "True for the wrapper that `torch.compile(model)` returns (`torch._dynamo`'s `OptimizedModule`)"
-    dynamo = sys.modules.get('torch._dynamo')  # not imported yet: nothing was compiled
-    return dynamo is not None and isinstance(model, dynamo.eval_frame.OptimizedModule)
-
-def unwrap_model(model:nn.Module)->nn.Module:
-    """`model` without its `DistributedDataParallel`/`DataParallel` wrappers (whose `.module` is the wrapped model)
-    and `torch.compile` wrappers (whose `._orig_mod` is the compiled model), however nested"""
-    while True:
-        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)): model = model.module
-        elif _compiled(model): model = model._orig_mod
-        else: return model
+__all__ = ['LearnerSaving']
 
 # %% ../nbs/18_saving.ipynb #bf93fbf4
 class LearnerSaving:
@@ -103,6 +81,6 @@ class LearnerSaving:
             load_sharded(folder, model, self.opt if with_opt else None, strict=strict)
             return self
         sharded = is_sharded(model)  # every rank maps the file and keeps its shards
-        state = load_file(file, map_location='cpu' if sharded else _model_device(self.model), mmap=sharded)
+        state = load_file(file, map_location='cpu' if sharded else model_device(self.model), mmap=sharded)
         self.load_model_state(state, with_opt, strict, file)
         return self

@@ -14,11 +14,11 @@ from .runtime.world import current_world, pg_initialized
 from .runtime.group import distrib_barrier
 
 # %% auto #0
-__all__ = ['is_sharded', 'full_model_state', 'full_opt_state', 'set_full_model_state', 'set_full_opt_state', 'save_sharded',
-           'load_sharded']
+__all__ = ['sharding_types', 'is_sharded', 'full_model_state', 'full_opt_state', 'set_full_model_state', 'set_full_opt_state',
+           'save_sharded', 'load_sharded', 'load_sharded_extra']
 
 # %% ../nbs/16_state.ipynb #71896e6d
-def _sharding_types()->tuple:
+def sharding_types()->tuple:
     """`(FSDPModule, DTensor)`, the classes of sharded modules and tensors, each None until its module
     (torch.distributed.fsdp, torch.distributed.tensor) is imported: nothing can be sharded before. Importing them
     takes most of a second, which a process that never shards does not spend"""
@@ -28,7 +28,7 @@ def _sharding_types()->tuple:
 def is_sharded(model:nn.Module)->bool:
     """True when `model` or a submodule is sharded by FSDP2's `fully_shard` (even while its parameters are gathered,
     between a forward and the backward), or a parameter is a `DTensor` (another sharded layout)"""
-    FSDPModule, DTensor = _sharding_types()
+    FSDPModule, DTensor = sharding_types()
     return ((FSDPModule is not None and any(isinstance(m, FSDPModule) for m in model.modules())) or
             (DTensor is not None and any(isinstance(p, DTensor) for p in model.parameters())))
 
@@ -204,3 +204,14 @@ def load_sharded(path:str|Path,            # a directory written by `save_sharde
         groups = _to_positions({'state': {}, **state['optim']})['param_groups']
         opt.load_state_dict({'state': {}, 'param_groups': groups})
     return extra
+
+def load_sharded_extra(path:str|Path, # a directory written by `save_sharded`
+                       extra:dict,    # the shape of the `extra` saved (or of a part of it): filled in place
+                      )->dict:        # `extra`
+    """Read only the `extra` state that `save_sharded` wrote beside the shards at `path`, leaving the model and the
+    optimizer for `load_sharded`: on every rank (a collective when there is a process group), whatever the world
+    size that wrote it. Raises what DCP raises (`CheckpointException`) for a key of `extra` the checkpoint lacks."""
+    state = {'extra': extra}
+    planner = _dcp().DefaultLoadPlanner(allow_partial_load=True)  # the model and optimizer are read later, or not
+    with _alone_quietly(): _dcp().load(state, checkpoint_id=Path(path), planner=planner)
+    return state['extra']

@@ -71,7 +71,7 @@ def _main(*argv, timeout=60):
 
 def _main_here(capsys, *argv):
     "distrib.launch's main in this process (what `python -m distrib.launch` runs): (exit code, stdout, stderr)"
-    from distrib.launch.run import main
+    from distrib.launch.cli import main
     code = main(list(map(str, argv)))
     out = capsys.readouterr()
     return code, out.out, out.err

@@ -1,1 +1,1 @@
-"""The callback protocol (`core`) and fastai's callbacks: schedules, `lr_find`, trackers, loggers, clipping, ..."""
+"""The callback protocol (`core`) and fastai's callbacks: checkpoints, schedules, trackers, loggers, clipping."""

@@ -8,10 +8,9 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from ..data import DistributedDL
+from ..data import DistributedDL, find_bs
 from .core import Callback, CancelBatchException
-from ..metrics import _find_bs
-from ..state import _sharding_types
+from ..state import sharding_types
 
 # %% auto #0
 __all__ = ['SYNC_STRATEGIES', 'GradientAccumulation']
@@ -88,7 +87,7 @@ class GradientAccumulation(Callback):
 
     def _fsdp(self):
         m = self.learn.model
-        FSDPModule = _sharding_types()[0]
+        FSDPModule = sharding_types()[0]
         return m if FSDPModule is not None and isinstance(m, FSDPModule) else None
 
     @property
@@ -116,7 +115,7 @@ class GradientAccumulation(Callback):
         self.active = self.learn.training and bool(self.learn.yb)
         if not self.active: return
         dl = self.learn.dl
-        self.bs, self.world = _find_bs(self.learn.yb), (dl.world_size if isinstance(dl, DistributedDL) else 1)
+        self.bs, self.world = find_bs(self.learn.yb), (dl.world_size if isinstance(dl, DistributedDL) else 1)
         self.last = self.count + self.bs*self.world >= self.n_acc   # this micro-batch ends the window
         ddp, fsdp = self._ddp(), self._fsdp()
         quiet = self.strategy == 'forced_sync' or (self.strategy == 'single_auto_sync' and not self.last)

@@ -4,26 +4,177 @@
 
 # %% ../../nbs/23_callback.checkpoint.ipynb #0311f014
 from __future__ import annotations
-import signal, warnings
+import io, re, shutil, signal, warnings
 from pathlib import Path
+import torch
 from ..runtime.world import current_world
 from ..runtime.clusters import requeue_slurm_job
 from ..runtime.collectives import gather_object, broadcast_object
 from torch.utils.data import IterableDataset
-from ..data import DistributedDL, IterableShards
+from ..data import DataLoaders, DistributedDL, IterableShards
 from .core import Callback
 from ..files import save_file, load_file, on_rank0, remove_stale_temps, opt_type, check_opt_state
 from ..runtime.seed import get_random_states, set_random_states
-from ..state import is_sharded, save_sharded, load_sharded
-from ..learner import DataLoaders
-from ..saving import unwrap_model, _model_device
+from ..state import is_sharded, save_sharded, load_sharded, load_sharded_extra
+from ..model import unwrap_model, model_device
 from .preemption import StopSignals, Preempted
-from .checkpoint_files import (checkpoints, _remove_checkpoint, _remove_stale_dirs, _to_bytes,
-                                               _read_sharded, _stateful, _check_weights_only, _check_resumable,
-                                               _reshard_states, ResumeError)
+from ..learner import Learner
+from ..recorder import Recorder
 
 # %% auto #0
-__all__ = ['Checkpoint']
+__all__ = ['checkpoints', 'ResumeError', 'Checkpoint']
+
+# %% ../../nbs/23_callback.checkpoint.ipynb #a6c91314
+_CKPT_RE = re.compile(r'step-(\d+)(\.pth)?')
+
+def checkpoints(folder:Path|str)->list:
+    """The complete checkpoints in `folder`, oldest first: `(step, path)` pairs of the files named `step-<N>.pth`
+    (whole) and of the directories named `step-<N>` (sharded) that hold their `.metadata` (written last); never a
+    temporary file or directory (their names start with a dot), nor a directory without `.metadata`"""
+    folder = Path(folder)
+    if not folder.is_dir(): return []
+    found = [(int(m[1]), f) for f in folder.iterdir() if (m := _CKPT_RE.fullmatch(f.name))
+             and (f.is_file() if m[2] else (f/'.metadata').is_file())]
+    return sorted(found)
+
+def _remove_checkpoint(path:Path):
+    "Remove checkpoint `path`: a file, or a sharded checkpoint's directory"
+    if path.is_dir(): shutil.rmtree(path, ignore_errors=True)
+    else: path.unlink(missing_ok=True)
+
+def _remove_stale_dirs(folder:Path):
+    "Remove the temporary directories of sharded saves killed before they finished (`.step-<N>.tmp`, `.old`)"
+    for d in folder.glob('.step-*'):
+        if d.is_dir() and re.fullmatch(r'\.step-\d+\.(tmp|old)', d.name): shutil.rmtree(d, ignore_errors=True)
+
+def _to_bytes(obj)->bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+def _read_sharded(path:Path)->dict:
+    """The checkpoint stored beside the shards of the sharded checkpoint `path` (all but the model and optimizer),
+    read on every rank (a collective when there is a process group), with `torch.load(weights_only=True)`"""
+    extra = load_sharded_extra(path, {'checkpoint': b''})  # the model and optimizer are read later
+    return torch.load(io.BytesIO(extra['checkpoint']), weights_only=True)
+
+def _stateful(learn:Learner, exclude=None)->dict:
+    "The callbacks of `learn` that define `state_dict` and `load_state_dict`, by key: their name, `name_2`, ..."
+    out = {}
+    for cb in learn.cbs:
+        if cb is exclude or not (callable(getattr(cb, 'state_dict', None))
+                                 and callable(getattr(cb, 'load_state_dict', None))): continue
+        key, i = cb.name, 2
+        while key in out: key, i = f'{cb.name}_{i}', i + 1
+        out[key] = cb
+    return out
+
+def _check_weights_only(state, key:str):
+    "TypeError naming callback `key` when its `state` would not load with `torch.load(weights_only=True)`"
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    try: torch.load(buf, weights_only=True)
+    except Exception as e:
+        raise TypeError(f"The state_dict() of callback {key!r} holds an object that torch.load(weights_only=True) "
+                        f"cannot read back: keep to tensors, numbers, strings, lists, tuples and dicts (a NumPy "
+                        f"number: float(x)). torch says: {str(e).splitlines()[0]}") from e
+
+# %% ../../nbs/23_callback.checkpoint.ipynb #0ff81137
+def _plural(n:int, word:str)->str: return f"{n} {word}{'es' if n != 1 and word.endswith('s') else ''}"
+
+def _keepers(G:int, upto:int=64)->str:
+    "The world sizes (up to `upto`) that divide global batch `G`, as text"
+    ws = [w for w in range(1, min(G, upto) + 1) if G % w == 0]
+    return ', '.join(map(str, ws)) + (', ...' if G > upto else '')
+
+class ResumeError(ValueError):
+    """A checkpoint that cannot resume in this run (a `ValueError` that names the checkpoint and what to change). The
+    same settings would refuse it again, so `python -m distrib.launch` does not restart a job that failed with it
+    (`restartable = False`: any exception class may say so)"""
+    restartable = False
+
+def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batch:int, n_epoch:int,
+                     allow_batch_change:bool=False, n_samples:int|None=None, shuffle:bool=False)->dict:
+    """Decide how checkpoint `ck` (read from `file`) resumes a fit of `n_epoch` epochs of `n_iter` batches per rank
+    on `world_size` processes whose global batch (per-rank batch x `world_size`) is `global_batch`, over a training
+    set of `n_samples`. Returns a dict: `note` (a warning, or None), `start` (None at an epoch's end; ('batch', k):
+    start the resumed epoch at batch k; ('sample', m): after the first m samples of each rank's shard), `log` (the
+    line that says where the run resumed).
+
+    Raises `ResumeError` (a `ValueError`), naming the checkpoint and what to change, for a file that is not a
+    `Checkpoint`'s, for a global batch that differs from the checkpoint's unless `allow_batch_change` (with the
+    world sizes that keep it), and for a mid-epoch checkpoint whose epochs had another number of batches with the
+    same global batch (another data set), or that an older version wrote with an order that depended on the world
+    size."""
+    if not isinstance(ck, dict) or ck.get('format') != 'distrib.Checkpoint':
+        raise ResumeError(f"{file} is not a checkpoint written by distrib's Checkpoint (a learn.save file?): move it "
+                         f"out of {file.parent}, or pass Checkpoint another path")
+    W, e, b, n, G = ck['world_size'], ck['epoch'], ck['batch'], ck['n_iter'], ck['global_batch']
+    procs, W2, of = _plural(W, 'process'), world_size, '' if n is None else f" of {n}"   # n None: an iterable set
+    where = f"{file} was written after batch {b}{of} of epoch {e} by {procs}"
+    log = (f"Resumed from {file} (epoch {e}, batch {b}{of}, written by {procs}), now on "
+           f"{_plural(W2, 'process')}, global batch {global_batch}" + (" kept" if G == global_batch else
+                                                                      f" (was {G})"))
+    notes, start = [], None
+    if G != global_batch and not allow_batch_change:
+        raise ResumeError(
+            f"{where} with a global batch of {G} ({procs} x {G // W}), and this run's is {global_batch} "
+            f"({_plural(W2, 'process')} x {global_batch // W2}): its steps would not be the interrupted run's. Keep "
+            f"the global batch: give each rank {G} // world_size samples per batch, on a number of processes that "
+            f"divides {G} ({_keepers(G)}); or pass Checkpoint(allow_batch_change=True) to resume at the same sample "
+            f"position with the new global batch")
+    if b and ck.get('version', 1) < 2 and W != W2 and shuffle and n_samples is not None and n_samples % W:
+        raise ResumeError(f"{where}, in the middle of an epoch, by a version of distrib whose order of an epoch "
+                         f"depended on the number of processes when it did not divide the {n_samples} samples: "
+                         f"resume it with {procs}, or move {file.name} out of {file.parent} to resume from an earlier "
+                         f"checkpoint, written at the end of an epoch")
+    if b and G == global_batch:
+        if n != n_iter:
+            raise ResumeError(f"{where}, in the middle of an epoch of {n} batches of {G} samples, and this run's "
+                              f"epochs have {n_iter} with the same global batch: another data set? Resume with the "
+                              f"data that wrote it, or move {file.name} out of {file.parent}")
+        start = ('batch', b)
+    elif b:   # allow_batch_change: the same sample position, rounded down to a multiple of the world size
+        done = b * G
+        start = ('sample', done // W2)
+        again = done % W2
+        log += f", from sample {done - again} of the epoch"
+        notes.append(f"the global batch was {G} and is now {global_batch}: the resumed epoch starts after "
+                     f"{done - again} of its samples" + (f" ({again} read again)" if again else "") +
+                     "; a schedule over steps (OneCycle, a warm-up) now counts other steps")
+    elif G != global_batch:
+        notes.append(f"the global batch was {G} ({procs}) and is now {global_batch} "
+                     f"({_plural(W2, 'process')}): the steps from epoch {e} on are not the ones the "
+                     f"interrupted run would have taken, and a schedule over steps counts other steps")
+    if ck['n_epoch'] != n_epoch:
+        notes.append(f"it was written by a fit of {ck['n_epoch']} epochs, resumed in a fit of {n_epoch} (a schedule "
+                     f"over the epochs changes)")
+    return dict(note=f"Resuming from {file}: " + '; '.join(notes) if notes else None, start=start, log=log)
+
+# %% ../../nbs/23_callback.checkpoint.ipynb #a2f23c1b
+def _zero_avg()->dict: return {'total': torch.zeros((), dtype=torch.float64), 'host': 0., 'count': 0}
+
+def _sum_avgs(states:list)->dict:
+    "The sum of `AvgMetric.state_dict()`s: the running sums and counts of several ranks as one"
+    return {'total': sum((s['total'].cpu().double() for s in states), _zero_avg()['total']),
+            'host': sum(s['host'] for s in states), 'count': sum(s['count'] for s in states)}
+
+def _reshard_states(old:list, cbs:dict, rank:int, world_size:int)->dict:
+    """The callback states, by key, for rank `rank` of `world_size` from `old`, the `W` old ranks' `{key: state}`
+    (a checkpoint written by another number of processes): `cb.reshard_state_dicts(states, rank, world_size)` for a
+    callback that defines it, the `Recorder`'s with its running training loss summed on rank 0 (zero elsewhere), rank
+    0's state for the others; keys no callback of `cbs` takes keep rank 0's state (the caller warns)"""
+    out = dict(old[0])
+    for key, cb in cbs.items():
+        if key not in old[0]: continue
+        states = [o[key] for o in old]
+        f = getattr(cb, 'reshard_state_dicts', None)
+        if callable(f): out[key] = f(states, rank, world_size)
+        elif isinstance(cb, Recorder):
+            out[key] = dict(states[0], train_loss=_sum_avgs([s['train_loss'] for s in states]) if rank == 0
+                            else _zero_avg())
+    return out
 
 # %% ../../nbs/23_callback.checkpoint.ipynb #c251e1bc
 def _n_iter(dl)->int|None:
@@ -55,7 +206,7 @@ class Checkpoint(Callback):
     (`save_file`); sharded ones are directories `<path>/step-<N>` where every rank writes its shards and rank 0
     the rest (`distrib.state.save_sharded`, renamed into place once complete), which any number of processes
     reads (`load_sharded`). Any number of processes resumes any checkpoint, in the middle of an epoch too, as long
-    as the global batch is kept (`checkpoint_files`: the per-rank training loss is merged, the random states of
+    as the global batch is kept (see below: the per-rank training loss is merged, the random states of
     new ranks are their own). After a resume, `resumed_from` is the checkpoint's path (None otherwise). With an
     `independent` Learner in a world of several processes, each rank uses `<path>/rank<r>`. Raises `ValueError`
     for invalid arguments; at `before_fit`, `ValueError` for a checkpoint that cannot be resumed here (written with
@@ -141,7 +292,7 @@ class Checkpoint(Callback):
     def _read(self, file:Path)->dict:
         "Checkpoint `file`, read on every rank; the same error on every rank when a rank cannot read it"
         ck = err = None
-        try: ck = load_file(file, map_location=_model_device(self.learn.model))
+        try: ck = load_file(file, map_location=model_device(self.learn.model))
         except Exception as e:  # any reading error: alone, raised as it is; shared, raised below on every rank
             if not self.shared: raise
             err = f"{type(e).__name__}: {e}"

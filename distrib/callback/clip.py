@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import torch
 import torch.distributed as dist
-from ..state import _sharding_types
+from ..state import sharding_types
 from .core import Callback
 
 # %% auto #0
@@ -27,7 +27,7 @@ def clip_grad_norm_(parameters,                 # parameters (or one tensor) who
     `error_if_nonfinite`."""
     ps = [parameters] if torch.is_tensor(parameters) else list(parameters)
     grads = [p.grad for p in ps if p.grad is not None]
-    DTensor = _sharding_types()[1]   # None until torch.distributed.tensor is imported: nothing is sharded
+    DTensor = sharding_types()[1]   # None until torch.distributed.tensor is imported: nothing is sharded
     sharded = [DTensor is not None and isinstance(g, DTensor) for g in grads]
     if not any(sharded): return torch.nn.utils.clip_grad_norm_(ps, max_norm, norm_type, error_if_nonfinite)
     norm_type = float(norm_type)

@@ -6,18 +6,12 @@
 from __future__ import annotations
 import torch
 from .core import Callback, CancelStepException
-from ..saving import _model_device
+from ..model import model_device
 
 # %% auto #0
 __all__ = ['MixedPrecision']
 
 # %% ../../nbs/21_callback.fp16.ipynb #25321021
-_DTYPES = {'fp16': torch.float16, 'float16': torch.float16, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16}
-
-def _default_dtype(device_type:str)->torch.dtype:
-    "The 16-bit type `MixedPrecision` uses by default on `device_type`: bfloat16 on CPU, float16 elsewhere"
-    return torch.bfloat16 if device_type == 'cpu' else torch.float16
-
 def _to_float(o):
     "`o` (a tensor or nested tuples/lists/dicts of them) with float16/bfloat16 tensors converted to float32"
     if isinstance(o, torch.Tensor): return o.float() if o.dtype in (torch.float16, torch.bfloat16) else o
@@ -57,11 +51,19 @@ class MixedPrecision(Callback):
         >>> with learn.distrib_ctx(): learn.fit(3)
     """
     order = 10
+    # the names `dtype` may be given by (`strategy='fsdp'` takes them too)
+    dtypes = {'fp16': torch.float16, 'float16': torch.float16, 'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16}
+
+    @staticmethod
+    def default_dtype(device_type:str)->torch.dtype:
+        "The 16-bit type used by default on `device_type` (`'cpu'`, `'cuda'`, ...): bfloat16 on CPU, float16 elsewhere"
+        return torch.bfloat16 if device_type == 'cpu' else torch.float16
+
     def __init__(self, dtype:torch.dtype|str|None=None, scaler:bool|None=None, **scaler_kwargs):
         if isinstance(dtype, str):
-            if dtype not in _DTYPES: raise ValueError(f"Unknown dtype {dtype!r}: use one of "
-                                                      f"{', '.join(map(repr, _DTYPES))}")
-            dtype = _DTYPES[dtype]
+            if dtype not in self.dtypes: raise ValueError(f"Unknown dtype {dtype!r}: use one of "
+                                                          f"{', '.join(map(repr, self.dtypes))}")
+            dtype = self.dtypes[dtype]
         if dtype not in (None, torch.float16, torch.bfloat16):
             raise ValueError(f"MixedPrecision needs dtype torch.float16 or torch.bfloat16, got {dtype}")
         self.dtype, self.use_scaler, self.scaler_kwargs = dtype, scaler, scaler_kwargs
@@ -70,11 +72,11 @@ class MixedPrecision(Callback):
     def _setup(self):
         "Choose device type, dtype and scaler from the model's device"
         self.exit_autocast()
-        self.device_type = _model_device(self.learn.model).type
+        self.device_type = model_device(self.learn.model).type
         if not _autocast_available(self.device_type):
             raise RuntimeError(f"torch has no autocast for device type {self.device_type!r}: "
                                "train without MixedPrecision")
-        self.autocast_dtype = self.dtype or _default_dtype(self.device_type)
+        self.autocast_dtype = self.dtype or self.default_dtype(self.device_type)
         use = self.autocast_dtype == torch.float16 if self.use_scaler is None else self.use_scaler
         self.scaler = _grad_scaler(self.device_type, **self.scaler_kwargs) if use else None
 

@@ -12,10 +12,9 @@ from fastcore.basics import patch, noop
 from ..runtime.world import current_world
 from .core import CancelFitException, CancelValidException
 from ..runtime.collectives import all_reduce_sum
-from ..data import DistributedDL
-from ..metrics import _find_bs
+from ..data import DistributedDL, find_bs
 from ..learner import Learner
-from ..saving import unwrap_model
+from ..model import unwrap_model
 from .schedule import ParamScheduler, SchedExp, planned_steps
 
 # %% auto #0
@@ -71,7 +70,7 @@ class LRFinder(ParamScheduler):
         "Add the batch's loss; after a step, record the step's smoothed global loss, stop when done or diverged"
         learn = self.learn
         if not learn.training or not learn.yb: return
-        bs = _find_bs(learn.yb)
+        bs = find_bs(learn.yb)
         self._sum += learn.loss.detach().float().sum().item()*bs
         self._count += bs
         if not self._stepped: return

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math, time, signal, threading, warnings
 import torch
 import torch.distributed as dist
-from ..runtime.collectives import _comm_device
+from ..runtime.collectives import comm_device
 
 # %% auto #0
 __all__ = ['Preempted', 'StopSignals']
@@ -79,7 +79,7 @@ class StopSignals:
         return max(1, min(math.ceil(self.cost / (_BUDGET*step)), int(_MAX_WAIT/step)))
 
     def _all_reduce(self, k:int=0)->tuple:
-        t = torch.tensor([self.received, k], dtype=torch.int64, device=_comm_device())
+        t = torch.tensor([self.received, k], dtype=torch.int64, device=comm_device())
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return tuple(t.tolist())
 

@@ -1,5 +1,5 @@
-"""`python -m distrib.launch script.py`: torchrun with defaults for one machine (`distrib.launch.run.main`)."""
+"""`python -m distrib.launch script.py`: torchrun with defaults for one machine (`distrib.launch.cli.main`)."""
 import sys
-from .run import main
+from .cli import main
 
 if __name__ == '__main__': sys.exit(main())

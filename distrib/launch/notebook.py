@@ -15,6 +15,8 @@ from ..runtime.group import teardown_distrib, group_timeout
 from ..runtime.errors import ErrorRecord, Failure, root_failure
 from ..runtime.procs import die_with_parent, reaping_stopped_children
 from ..runtime.liveness import start_liveness, stop_liveness, reset_liveness, report_failure, settle
+from ..runtime.stalls import watch_stalls
+from .store import localhost_store
 from ..runtime.waits import explain_failure
 
 # %% auto #0
@@ -37,6 +39,7 @@ class _Recorded:
         rank = current_world().rank
         die_with_parent(self.parent)
         reset_liveness()  # a forked worker starts afresh, whatever the caller's process did before
+        watch_stalls()
         start_liveness(record_path=os.path.join(self.d, f'{rank}.json'))
         torch.set_num_threads(self.threads)
         if self.deadline: signal.setitimer(signal.ITIMER_REAL, max(self.deadline - time.time(), 1e-3))
@@ -140,7 +143,6 @@ def notebook_launch(fn,                      # the function each worker runs: fn
     if method == 'fork': _warm_imports()
     sigterm = signal.getsignal(signal.SIGTERM)  # elastic's agent replaces it and does not put it back
     signals = os.environ.get('TORCHELASTIC_SIGNALS_TO_HANDLE')  # elastic_launch sets it and leaves it set
-    from distrib.launch.run import localhost_store  # here: `import distrib` need not import torchrun's engine
     gc.collect()  # the stores of earlier calls that a traceback kept: destroyed here, not in a worker (it would hang)
     store = localhost_store(what='notebook_launch: the store port')
     with tempfile.TemporaryDirectory(prefix='notebook_launch_') as d:

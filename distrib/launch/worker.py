@@ -9,6 +9,7 @@ from ..runtime.world import current_world
 from ..runtime.group import skip_exit_barrier, group_timeout
 from ..runtime.procs import die_with_parent
 from ..runtime.liveness import start_liveness, script_ended, report_failure, settle, where_now
+from ..runtime.stalls import watch_stalls
 from ..runtime.waits import explain_failure
 
 # %% auto #0
@@ -53,7 +54,9 @@ def run_script(argv:list, # `[script.py, *args]`, or `['-m', module, *args]`
     if not argv or argv[0] in ('-m', '--module') and len(argv) < 2:
         raise ValueError("usage: python -m distrib.launch.worker script.py [args] | -m module [args]")
     die_with_parent(_launcher_pid())
-    if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True': start_liveness()  # the store is torchrun's
+    if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True':  # the store is torchrun's
+        watch_stalls()
+        start_liveness()
     code = 0
     try: _run(argv)
     except SystemExit as e:

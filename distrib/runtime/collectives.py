@@ -10,7 +10,7 @@ from .group import ensure_distrib
 from .position import doing
 
 # %% auto #0
-__all__ = ['broadcast_object', 'all_reduce_sum', 'all_reduce_mean', 'gather_object', 'gather_in_order']
+__all__ = ['comm_device', 'broadcast_object', 'all_reduce_sum', 'all_reduce_mean', 'gather_object', 'gather_in_order']
 
 # %% ../../nbs/09_runtime.collectives.ipynb #77423bce
 def _world_size()->int:
@@ -22,7 +22,7 @@ def _check_rank(r, ws:int, name:str):
     if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < ws:
         raise ValueError(f"Invalid {name}={r!r}: it must be a rank in the interval [0, {ws-1}]")
 
-def _comm_device()->torch.device:
+def comm_device()->torch.device:
     "Where the default group moves tensors: the CPU unless its only backend is NCCL (then the current GPU)"
     return torch.device('cuda', torch.cuda.current_device()) if dist.get_backend() == 'nccl' else torch.device('cpu')
 
@@ -53,7 +53,7 @@ def all_reduce_sum(tensor:torch.Tensor, # any shape; the same shape and dtype on
     t = tensor.detach().clone()
     if t.dtype == torch.bool: t = t.long()
     if _world_size() == 1: return t
-    dev = _comm_device()
+    dev = comm_device()
     c = t.to(dev)
     with doing('collective', 'all_reduce_sum'): dist.all_reduce(c, op=dist.ReduceOp.SUM)
     return c.to(t.device)
@@ -96,7 +96,7 @@ def _gather_rows(t:torch.Tensor)->list:
     if not shapes: return [t.cpu()[:0] for _ in meta]
     (shape, dtype), = shapes
     dtype = getattr(torch, dtype.split('.')[-1])
-    dev, longest = _comm_device(), max(n for n, _, _ in meta)
+    dev, longest = comm_device(), max(n for n, _, _ in meta)
     buf = torch.zeros((longest, *shape), dtype=dtype, device=dev)
     if len(t): buf[:len(t)] = t.to(dev)
     parts = [torch.empty_like(buf) for _ in meta]

@@ -11,11 +11,11 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from .world import current_world
 
 # %% auto #0
-__all__ = ['in_collective', 'CollectiveTimeoutError', 'PeerFailedError', 'RanksDivergedError', 'failure_kind', 'ErrorRecord',
-           'record_error', 'Failure', 'root_failure']
+__all__ = ['traceback_collective', 'in_collective', 'blame_text', 'CollectiveTimeoutError', 'PeerFailedError',
+           'RanksDivergedError', 'failure_kind', 'ErrorRecord', 'record_error', 'Failure', 'root_failure']
 
 # %% ../../nbs/02_runtime.errors.ipynb #6e9532d7
-def _collective_in(tb)->tuple:
+def traceback_collective(tb)->tuple:
     "`(op, caller)` for traceback `tb`: the torch.distributed collective or DDP step it failed in, and its caller"
     torch_dir = os.path.dirname(torch.__file__) + os.sep
     c10d = ddp = grads = caller = None
@@ -40,9 +40,9 @@ def in_collective(e:BaseException)->str|None:
     traceback (e.g. 'all_reduce', "all_reduce of gradients in backward (DistributedDataParallel)"); for distrib's
     own errors their `op`; None when it was raised outside any"""
     if hasattr(e, 'op'): return e.op
-    return _collective_in(e.__traceback__)[0]
+    return traceback_collective(e.__traceback__)[0]
 
-def _blame_text(blame:dict|None)->str:
+def blame_text(blame:dict|None)->str:
     "`blame` in words: 'rank 1 <how> in <where>; rank 2 ...'"
     return '; '.join(f"rank {r} {b.get('how', 'failed')}" + (f" in {b['where']}" if b.get('where') else '')
                      for r, b in (blame or {}).items())

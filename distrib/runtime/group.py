@@ -13,7 +13,7 @@ from .errors import PeerFailedError
 from .position import doing, long_phase
 from .liveness import start_liveness, set_group_state, running as liveness_running
 from .waits import store_barrier, announce, wait_for
-from . import stalls as _stalls  # adds the watchdog's deadlock and stall checks
+from .stalls import watch_stalls
 
 # %% auto #0
 __all__ = ['DEFAULT_TIMEOUT', 'default_backend', 'setup_distrib', 'ensure_distrib', 'distrib_timeout', 'group_timeout',
@@ -82,6 +82,7 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
         with doing('setup', 'init_process_group'):
             store, rank, size = next(dist.rendezvous(_init_method(world), rank=world.rank,
                                                      world_size=world.world_size, timeout=timeout))
+            watch_stalls()   # the watchdog's deadlock and stall checks
             start_liveness(world)  # the store exists now (rank 0 may host it); a no-op if the worker started it
             store.set_timeout(timeout)
             _State.n_groups += 1

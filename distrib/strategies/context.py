@@ -4,7 +4,7 @@
 
 # %% ../../nbs/33_strategies.context.ipynb #d49afb5e
 from __future__ import annotations
-import gc, datetime, weakref
+import gc, datetime, importlib, weakref
 from contextlib import contextmanager
 import torch.distributed as dist
 from fastcore.basics import patch
@@ -14,25 +14,33 @@ from ..runtime.liveness import remember_position
 from ..runtime.waits import explain_failure
 from ..runtime.stalls import check_stall_timeout, stall_timeout_for
 from ..learner import Learner
-from .ddp import DistributedTrainer, _check_kwargs, _device_for
+from .ddp import DistributedTrainer, check_kwargs, train_device
 
 # %% auto #0
 __all__ = []
 
 # %% ../../nbs/33_strategies.context.ipynb #2ee70c74
-_STRATEGIES = {'ddp': DistributedTrainer}   # strategy name -> trainer class; strategies.fsdp adds 'fsdp'
+# strategy name -> (module, class) of its trainer, a `DistributedTrainer`: the module is imported when the strategy is
+# asked for (FSDP's takes a second to import, which a DDP job does not spend)
+_STRATEGIES = {'ddp': ('distrib.strategies.ddp', 'DistributedTrainer'),
+               'fsdp': ('distrib.strategies.fsdp', 'FSDPTrainer')}
 _DDP_ONLY = ('sync_bn', 'comm_hook', 'comm_hook_state')
+
+def _trainer_class(strategy:str)->type:
+    "The trainer class of `strategy`, its module imported on first need; `ValueError` naming the valid strategies"
+    if strategy not in _STRATEGIES:
+        raise ValueError(f"Unknown strategy {strategy!r}: valid ones are {', '.join(map(repr, _STRATEGIES))}")
+    module, name = _STRATEGIES[strategy]
+    return getattr(importlib.import_module(module), name)
 
 def _trainer(strategy:str, device, sync_bn:bool, comm_hook, comm_hook_state, compile, kwargs:dict):
     """The trainer callback of `strategy` with its options (checked: `ValueError` for an unknown strategy or a DDP
     option given to another, `TypeError` for an unknown keyword)"""
-    if strategy not in _STRATEGIES:
-        raise ValueError(f"Unknown strategy {strategy!r}: valid ones are {', '.join(map(repr, _STRATEGIES))}")
+    cls = _trainer_class(strategy)
     if strategy == 'ddp': return DistributedTrainer(device, sync_bn, comm_hook, comm_hook_state, compile, **kwargs)
     given = [n for n, v in zip(_DDP_ONLY, (sync_bn, comm_hook, comm_hook_state)) if v not in (None, False)]
     if given: raise ValueError(f"{', '.join(given)}: option(s) of strategy='ddp', not of strategy={strategy!r}")
-    cls = _STRATEGIES[strategy]
-    _check_kwargs(cls.__init__, kwargs, f"{cls.__name__} (strategy={strategy!r})", ('self', 'device', 'compile'))
+    check_kwargs(cls.__init__, kwargs, f"{cls.__name__} (strategy={strategy!r})", ('self', 'device', 'compile'))
     return cls(device=device, compile=compile, **kwargs)
 
 @patch
@@ -120,7 +128,7 @@ def distrib_ctx(self:Learner,
         yield self
         return
     _check_backend(backend)
-    created = setup_distrib(_device_for(self.model, device), backend=backend,
+    created = setup_distrib(train_device(self.model, device), backend=backend,
                             timeout=DEFAULT_TIMEOUT if timeout is None else timeout, world=world)
     with distrib_timeout(None if created else timeout), stall_timeout_for(stall_timeout), _collect_on_exit() as must_go:
         self.to_distributed(device, sync_bn, comm_hook, comm_hook_state, strategy, compile, **kwargs)

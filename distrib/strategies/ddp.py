@@ -15,15 +15,15 @@ from fastcore.basics import noop
 from ..runtime.world import World, current_world, pg_initialized
 from ..runtime.group import ensure_distrib
 from ..runtime.position import track, doing
-from ..data import DistributedDL, IterableShards
+from ..data import DataLoaders, DistributedDL, IterableShards
 from ..callback.core import Callback
-from ..learner import DataLoaders
-from ..saving import _model_device, _compiled, unwrap_model
+from ..model import model_device, is_compiled, unwrap_model
 from .preflight import preflight_check, check_models, check_loader
 from .compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets
 
 # %% auto #0
-__all__ = ['DistributedModule', 'convert_sync_batchnorm', 'revert_sync_batchnorm', 'DistributedTrainer']
+__all__ = ['DistributedModule', 'check_kwargs', 'train_device', 'convert_sync_batchnorm', 'revert_sync_batchnorm',
+           'DistributedTrainer']
 
 # %% ../../nbs/32_strategies.ddp.ipynb #7062c4b2
 _UNUSED_HINT = ("\n\ndistrib: some parameters got no gradient in the last backward (a branch the forward skips?). "
@@ -57,7 +57,7 @@ def _check_comm_hook(comm_hook:str|None):
         raise ValueError(f"Unknown comm_hook {comm_hook!r}: valid names are {', '.join(map(repr, _COMM_HOOKS))} "
                          "(or None for DDP's default all-reduce)")
 
-def _check_kwargs(f, kwargs:dict, what:str, own=('self',)):
+def check_kwargs(f, kwargs:dict, what:str, own=('self',)):
     "TypeError naming the keywords of `kwargs` that `f` does not take (its parameters but `own` and `**kwargs`)"
     valid = [k for k, p in inspect.signature(f).parameters.items() if k not in own and p.kind != p.VAR_KEYWORD]
     bad = [k for k in kwargs if k not in valid]
@@ -65,7 +65,7 @@ def _check_kwargs(f, kwargs:dict, what:str, own=('self',)):
 
 def _check_ddp_kwargs(ddp_kwargs:dict):
     "TypeError naming the keywords of `ddp_kwargs` that `DistributedDataParallel` does not take"
-    _check_kwargs(DistributedDataParallel.__init__, ddp_kwargs, 'DistributedDataParallel', _DDP_OWN_ARGS)
+    check_kwargs(DistributedDataParallel.__init__, ddp_kwargs, 'DistributedDataParallel', _DDP_OWN_ARGS)
 
 def _register_comm_hook(ddp:DistributedDataParallel, comm_hook:str|None, state=None):
     """Register hook `comm_hook` on `ddp` with `state` (default: the default process group, or a `PowerSGDState`).
@@ -79,11 +79,11 @@ def _register_comm_hook(ddp:DistributedDataParallel, comm_hook:str|None, state=N
     ddp.register_comm_hook(state, _COMM_HOOKS[comm_hook])
 
 # %% ../../nbs/32_strategies.ddp.ipynb #f6d38f16
-def _device_for(model:nn.Module, device)->torch.device:
+def train_device(model:nn.Module, device)->torch.device:
     "The device to train on: `device` (an int means `cuda:<int>`), else `cuda:<local rank>` with CUDA, else the model's"
     if device is not None: return torch.device(f'cuda:{device}' if isinstance(device, int) else device)
     if torch.cuda.is_available(): return torch.device('cuda', current_world().local_rank)
-    return _model_device(model)
+    return model_device(model)
 
 def convert_sync_batchnorm(model:nn.Module)->list:
     """Replace, in place, every BatchNorm submodule of `model` by a `nn.SyncBatchNorm` sharing its parameters and
@@ -150,7 +150,7 @@ class DistributedTrainer(Callback):
 
     def _compile_options(self, model:nn.Module)->dict|None:
         "The torch.compile options of this wrap: `compile`'s, or `{}` for a model compiled by the user"
-        return {} if self.compile is None and _compiled(model) else compile_options(self.compile)
+        return {} if self.compile is None and is_compiled(model) else compile_options(self.compile)
 
     def wrap(self):
         "Wrap the model in DDP (and compile it), shard the loaders, silence ranks > 0, set `learn.world`"
@@ -162,7 +162,7 @@ class DistributedTrainer(Callback):
         opts = self._compile_options(learn.model)
         inner = unwrap_model(learn.model)   # a model the user compiled is compiled again, after wrapping
         dls = DataLoaders(*[_shard_loader(dl, i, world) for i, dl in enumerate(learn.dls.loaders)])  # may raise
-        model = self._wrap_model(inner, _device_for(inner, self.device), opts)  # the Learner is unchanged if it raises
+        model = self._wrap_model(inner, train_device(inner, self.device), opts)  # the Learner is unchanged if it raises
         if opts is not None:
             try: self.compiled = compile_forwards(self._compiled_modules(model), opts)
             except BaseException:

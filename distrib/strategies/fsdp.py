@@ -4,17 +4,15 @@
 
 # %% ../../nbs/37_strategies.fsdp.ipynb #91ba92d4
 from __future__ import annotations
-import copy, itertools, warnings
+import sys, copy, itertools, warnings
 import torch
 import torch.distributed as dist
 from torch import nn
-from ..runtime.group import _handling_exception
-from ..saving import _model_device
-from ..state import set_full_model_state, set_full_opt_state, _sharding_types
-from ..callback.fp16 import MixedPrecision, _DTYPES, _default_dtype
+from ..model import model_device
+from ..state import set_full_model_state, set_full_opt_state, sharding_types
+from ..callback.fp16 import MixedPrecision
 from .ddp import DistributedTrainer
-from .context import _STRATEGIES
-from .preflight import check_models, check_loader, _check_collectives
+from .preflight import check_models, check_loader
 
 def _fsdp2():
     """FSDP2's API, `(fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy, init_device_mesh)`, imported on first need:
@@ -27,7 +25,7 @@ def _fsdp2():
 
 def _is_dtensor(t)->bool:
     "True when `t` is a `DTensor` (a sharded tensor); none exists before torch.distributed.tensor is imported"
-    DTensor = _sharding_types()[1]
+    DTensor = sharding_types()[1]
     return DTensor is not None and isinstance(t, DTensor)
 
 # %% auto #0
@@ -42,13 +40,40 @@ def _check_fsdp():
 
 def _sum_then_divide(units:list):
     """Make FSDP2's sharded modules `units` reduce gradients by sums and their own division (as FSDP2 does for float16)
-    instead of `ReduceOp.AVG`; RuntimeError where this torch's FSDP2 cannot (before `set_force_sum_reduction_for_comms`)"""
+    instead of `ReduceOp.AVG`; RuntimeError where this torch's FSDP2 cannot (before
+    `set_force_sum_reduction_for_comms`)"""
     for m in units:
         if not hasattr(m, 'set_force_sum_reduction_for_comms'):
             raise RuntimeError(f"strategy='fsdp': the process group's backend {dist.get_backend()!r} does not average "
                                f"in reduce_scatter on torch {torch.__version__}, and this FSDP2 cannot be told to sum: "
                                "upgrade torch, or use strategy='ddp'")
         m.set_force_sum_reduction_for_comms(True)
+
+# %% ../../nbs/37_strategies.fsdp.ipynb #f5a1c0df
+def _check_collectives(device:torch.device)->bool:
+    """RuntimeError when the default group's backend cannot reduce-scatter or all-gather `device` tensors, FSDP's two
+    collectives (one tiny probe of each, on every rank), or when FSDP2 cannot run on CPU here (torch < 2.7). Returns
+    whether its reduce-scatter averages (`ReduceOp.AVG`, which FSDP2 uses for float32 and bfloat16 gradients): torch
+    2.8's gloo sums instead, silently, which would make every gradient `world_size` times too large"""
+    if device.type == 'cpu' and not hasattr(torch.cpu.Stream, 'record_event'):  # FSDP2's all-gather records events
+        raise RuntimeError(f"strategy='fsdp' on CPU needs torch >= 2.7 (FSDP2's all-gather records events on CPU "
+                           f"streams, torch.cpu.Stream.record_event), and this is torch {torch.__version__}: upgrade "
+                           "torch, train on GPUs, or use strategy='ddp'")
+    ws = dist.get_world_size()
+    reduce_scatter = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor  # torch < 2.13 names
+    all_gather = getattr(dist, 'all_gather_single', None) or dist.all_gather_into_tensor
+    try:
+        reduce_scatter(torch.empty(1, device=device), torch.ones(ws, device=device))
+        all_gather(torch.empty(ws, device=device), torch.ones(1, device=device))
+    except (RuntimeError, NotImplementedError, ValueError) as e:
+        raise RuntimeError(f"strategy='fsdp' needs reduce_scatter and all_gather, and the process group's backend "
+                           f"{dist.get_backend()!r} does not run them on {device.type} tensors ({type(e).__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else ''}). Use a backend that has them (nccl on "
+                           "GPUs, gloo on CPU), or strategy='ddp'") from e
+    out = torch.zeros(1, device=device)
+    try: reduce_scatter(out, torch.full((ws,), float(dist.get_rank() + 1), device=device), op=dist.ReduceOp.AVG)
+    except (RuntimeError, NotImplementedError, ValueError): return False  # no AVG here: FSDP2 must sum, then divide
+    return abs(out.item() - (ws + 1) / 2) < 1e-6  # the mean of 1..ws
 
 # %% ../../nbs/37_strategies.fsdp.ipynb #cbee9e8e
 def _has_forward(m:nn.Module)->bool:
@@ -78,7 +103,7 @@ def shard_model(model:nn.Module,          # sharded in place
     return blocks + [model]
 
 # %% ../../nbs/37_strategies.fsdp.ipynb #a0139856
-_FSDP_DTYPES = {**_DTYPES, 'fp32': torch.float32, 'float32': torch.float32}
+_FSDP_DTYPES = {**MixedPrecision.dtypes, 'fp32': torch.float32, 'float32': torch.float32}
 
 def _dtype(d, what:str)->torch.dtype|None:
     "The torch dtype `d` stands for (a dtype, or one of `_FSDP_DTYPES`'s names); ValueError for anything else"
@@ -153,7 +178,7 @@ class FSDPTrainer(DistributedTrainer):
         param, reduce = self.param_dtype, self.reduce_dtype
         mp = next((cb for cb in self.learn.cbs if isinstance(cb, MixedPrecision)), None)
         if mp is not None:
-            mp_dtype = mp.dtype or _default_dtype(device.type)
+            mp_dtype = mp.dtype or MixedPrecision.default_dtype(device.type)
             if param is not None and param != mp_dtype:
                 raise ValueError(f"param_dtype={param} but the MixedPrecision callback computes in {mp_dtype}: give "
                                  "one of them only, or the same type")
@@ -210,8 +235,8 @@ class FSDPTrainer(DistributedTrainer):
         learn, opt = self.learn, self.learn.opt
         learn.opt, self.sharded_opt, self.units = self.plain_opt, None, []
         try:
-            if _handling_exception(): return   # gathering needs every rank, and some may be gone
-            mine, device = self.inner.state_dict(), _model_device(self.inner)
+            if sys.exc_info()[0] is not None: return  # an exception propagates: gathering needs every rank
+            mine, device = self.inner.state_dict(), model_device(self.inner)
             for k, v in sharded.state_dict().items(): mine[k].copy_(_whole(v))
             if opt is None: return
             state = opt.state_dict()   # positions as in the Learner's optimizer: both are `opt_func(parameters)`
@@ -241,7 +266,7 @@ class FSDPTrainer(DistributedTrainer):
         if not self.in_fit: check_loader(self.learn.dl, self.wrapped)
         self.n_forward, self.xb, self.spare = 0, None, None
         n = len(self.learn.dl)
-        most = torch.tensor([n, -n], device=_model_device(self.wrapped))
+        most = torch.tensor([n, -n], device=model_device(self.wrapped))
         dist.all_reduce(most, op=dist.ReduceOp.MAX)
         self.most, fewest = most[0].item(), -most[1].item()
         if fewest == 0 < self.most:
@@ -268,9 +293,6 @@ class FSDPTrainer(DistributedTrainer):
                 for _ in range(self.most - self.n_forward): self.wrapped(*self.xb)
         self.xb, self.spare, self.most = None, None, 0
         for m in self.units: m.reshard()
-
-# %% ../../nbs/37_strategies.fsdp.ipynb #1c5ed340
-_STRATEGIES['fsdp'] = FSDPTrainer
 
 # %% ../../nbs/37_strategies.fsdp.ipynb #ba28a40a
 def _local(t:torch.Tensor)->torch.Tensor:

@@ -13,7 +13,7 @@ from ..runtime.world import pg_initialized
 from ..runtime.position import doing
 from ..data import DistributedDL
 from ..learner import Learner
-from ..saving import _model_device, unwrap_model
+from ..model import model_device, unwrap_model
 
 # %% auto #0
 __all__ = ['preflight_check', 'check_models', 'check_loader']
@@ -105,7 +105,7 @@ def preflight_check(learn:Learner):
     Every rank must call it (`DistributedTrainer.before_fit` does): one `all_gather` of a few int64 per rank."""
     if not pg_initialized() or dist.get_world_size() == 1: return
     fields, ws = _preflight_fields(learn), dist.get_world_size()
-    _agree(fields, _model_device(learn.model), "what fit will run, so some would wait forever in a collective the "
+    _agree(fields, model_device(learn.model), "what fit will run, so some would wait forever in a collective the "
            "others never start, or train and report different things", "Give every rank the same data, model, loss, "
            "optimizer settings, callbacks, metrics and epochs. A callback that runs no collective (a logger on rank "
            "0, say) may differ if its class sets local_only = True.")
@@ -127,7 +127,7 @@ def check_models(model:nn.Module):
               'parameter shapes': _runs([tuple(p.shape) for p in params]),
               'parameter dtypes': _runs([str(p.dtype).split('.')[-1] for p in params]),
               'buffer shapes and dtypes': _runs([(tuple(b.shape), str(b.dtype).split('.')[-1]) for b in bufs])}
-    _agree(fields, _model_device(model), "the model, so DistributedDataParallel cannot keep one copy of it (a "
+    _agree(fields, model_device(model), "the model, so DistributedDataParallel cannot keep one copy of it (a "
            "different dtype makes its first broadcast abort the process)", "Build the same model on every rank, "
            "with the same dtype (call .half(), .double() or .to(dtype) on every rank or none).")
 
@@ -138,31 +138,5 @@ def check_loader(dl, model:nn.Module):
     if not pg_initialized() or dist.get_world_size() == 1: return
     fields = {'dataset length': _length(dl.dataset), 'batch size': getattr(dl, 'batch_size', None),
               '(shuffle, seed, drop_last, pad)': _loader_order(dl)}
-    _agree(fields, _model_device(model), "the loader to evaluate, so the results would mix different data sets",
+    _agree(fields, model_device(model), "the loader to evaluate, so the results would mix different data sets",
            "Give validate() and get_preds() the same data on every rank.")
-
-# %% ../../nbs/34_strategies.preflight.ipynb #f5a1c0df
-def _check_collectives(device:torch.device)->bool:
-    """RuntimeError when the default group's backend cannot reduce-scatter or all-gather `device` tensors, FSDP's two
-    collectives (one tiny probe of each, on every rank), or when FSDP2 cannot run on CPU here (torch < 2.7). Returns
-    whether its reduce-scatter averages (`ReduceOp.AVG`, which FSDP2 uses for float32 and bfloat16 gradients): torch
-    2.8's gloo sums instead, silently, which would make every gradient `world_size` times too large"""
-    if device.type == 'cpu' and not hasattr(torch.cpu.Stream, 'record_event'):  # FSDP2's all-gather records events
-        raise RuntimeError(f"strategy='fsdp' on CPU needs torch >= 2.7 (FSDP2's all-gather records events on CPU "
-                           f"streams, torch.cpu.Stream.record_event), and this is torch {torch.__version__}: upgrade "
-                           "torch, train on GPUs, or use strategy='ddp'")
-    ws = dist.get_world_size()
-    reduce_scatter = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor  # torch < 2.13 names
-    all_gather = getattr(dist, 'all_gather_single', None) or dist.all_gather_into_tensor
-    try:
-        reduce_scatter(torch.empty(1, device=device), torch.ones(ws, device=device))
-        all_gather(torch.empty(ws, device=device), torch.ones(1, device=device))
-    except (RuntimeError, NotImplementedError, ValueError) as e:
-        raise RuntimeError(f"strategy='fsdp' needs reduce_scatter and all_gather, and the process group's backend "
-                           f"{dist.get_backend()!r} does not run them on {device.type} tensors ({type(e).__name__}: "
-                           f"{str(e).splitlines()[0] if str(e) else ''}). Use a backend that has them (nccl on "
-                           "GPUs, gloo on CPU), or strategy='ddp'") from e
-    out = torch.zeros(1, device=device)
-    try: reduce_scatter(out, torch.full((ws,), float(dist.get_rank() + 1), device=device), op=dist.ReduceOp.AVG)
-    except (RuntimeError, NotImplementedError, ValueError): return False  # no AVG here: FSDP2 must sum, then divide
-    return abs(out.item() - (ws + 1) / 2) < 1e-6  # the mean of 1..ws

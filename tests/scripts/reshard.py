@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader, TensorDataset, IterableDataset
 from distrib import (Learner, DataLoaders, Callback, Checkpoint, set_seed, current_world, gather_object, setup_distrib,
                      iter_shard, CancelFitException)
 from distrib.state import full_model_state
-from distrib.saving import unwrap_model
+from distrib.model import unwrap_model
 
 steps, tmp = sys.argv[1].split('+'), Path(sys.argv[2])
 FSDP = dict(strategy='fsdp', shard_classes=nn.Linear)
