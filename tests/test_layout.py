@@ -1,7 +1,8 @@
-"""The package's layout: layers that import only from below, modules under 300 lines, no silent broad `except`.
+"""The package's layout: layers that import only from below, modules that meet through public names, docstrings that
+are sentences, lines of at most 120 characters, no unused import, no silent broad `except`.
 
 These read the source (with `ast`), so they run in a fraction of a second and name the file and line at fault."""
-import ast
+import ast, json, re
 from pathlib import Path
 import pytest
 
@@ -12,13 +13,12 @@ LAYERS = [
     ('runtime', ['distrib.runtime']),
     ('data', ['distrib.data']),
     ('loop', ['distrib.callback.core', 'distrib.metrics', 'distrib.recorder', 'distrib.files', 'distrib.state',
-              'distrib.saving', 'distrib.learner']),
+              'distrib.model', 'distrib.saving', 'distrib.learner']),
     ('callbacks', ['distrib.callback']),
     ('strategies', ['distrib.strategies']),
     ('launch', ['distrib.launch', 'distrib.env']),
     ('api', ['distrib']),
 ]
-MAX_LINES = 300
 
 def module_name(path:Path)->str:
     parts = path.relative_to(PKG.parent).with_suffix('').parts
@@ -37,20 +37,35 @@ def layer(name:str)->int:
     assert best is not None, f"{name} is in no layer: add it to LAYERS"
     return best[0]
 
+def _absolute(node:ast.ImportFrom, path:Path)->str:
+    "The absolute module an `ImportFrom` in `path` imports from (`from ..learner import X` -> `distrib.learner`)"
+    if not node.level: return node.module or ''
+    name = module_name(path)
+    package = name if path.name == '__init__.py' else name.rpartition('.')[0]
+    base = package.split('.')[:len(package.split('.')) - node.level + 1]
+    return '.'.join(base + ([node.module] if node.module else []))
+
+def _ours(mod:str)->bool: return mod == 'distrib' or mod.startswith('distrib.')
+
 def imported(path:Path)->list:
     "`(line, module)` for every import of a distrib module in `path`, at any depth (functions too), made absolute"
-    name, out = module_name(path), []
-    package = name if path.name == '__init__.py' else name.rpartition('.')[0]
+    out = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split('.')[:len(package.split('.')) - node.level + 1]
-                mod = '.'.join(base + ([node.module] if node.module else []))
-            else: mod = node.module or ''
+            mod = _absolute(node, path)
             targets = [mod] if node.module else [f"{mod}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import): targets = [a.name for a in node.names]
         else: continue
-        out += [(node.lineno, t) for t in targets if t == 'distrib' or t.startswith('distrib.')]
+        out += [(node.lineno, t) for t in targets if _ours(t)]
+    return out
+
+def private_imports(path:Path)->list:
+    "`(line, module, name)` for every underscore name `path` imports from another distrib module (dunders aside)"
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and _ours(mod := _absolute(node, path)):
+            out += [(node.lineno, mod, a.name) for a in node.names
+                    if a.name.startswith('_') and not (a.name.startswith('__') and a.name.endswith('__'))]
     return out
 
 def test_layers_cover_every_module():
@@ -61,10 +76,6 @@ def test_no_import_from_a_layer_above(path):
     me = layer(module_name(path))
     bad = [f"line {ln}: {mod} ({LAYERS[layer(mod)][0]})" for ln, mod in imported(path) if layer(mod) > me]
     assert not bad, f"{path.relative_to(PKG.parent)} ({LAYERS[me][0]}) imports from a layer above it: {bad}"
-
-def test_modules_are_short():
-    long = {str(p.relative_to(PKG.parent)): n for p in modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
-    assert not long, f"modules over {MAX_LINES} lines (split them by concern): {long}"
 
 def _swallows(handler:ast.ExceptHandler)->bool:
     "True unless the handler's body raises (at its top level or in an if/else branch that ends it)"
@@ -83,15 +94,144 @@ def test_broad_excepts_reraise_or_say_why():
                 bad.append(f"{p.relative_to(PKG.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert not bad, "broad excepts that swallow without a comment saying why:\n" + '\n'.join(bad)
 
+MAX_PRIVATE = 5  # underscore names imported across modules, each with a comment on its line saying why
+
+def test_modules_meet_through_public_names():
+    """What one module uses of another is public there: at most `MAX_PRIVATE` underscore names cross a module
+    boundary, each on an import line whose comment says why"""
+    found = [(p, ln, mod, name) for p in modules() for ln, mod, name in private_imports(p)]
+    where = [f"{p.relative_to(PKG.parent)}:{ln}: {name} from {mod}" for p, ln, mod, name in found]
+    assert len(found) <= MAX_PRIVATE, f"{len(found)} underscore names imported across modules (at most {MAX_PRIVATE}): " \
+        "make them public where they are, or move them where they are used:\n" + '\n'.join(where)
+    silent = [w for w, (p, ln, _, _) in zip(where, found) if '#' not in p.read_text().splitlines()[ln - 1]]
+    assert not silent, "underscore names imported without a comment saying why:\n" + '\n'.join(silent)
+
+_SENTENCE_END = re.compile(r'[.!?]$')
+
+def test_module_docstrings_are_sentences():
+    "Every module has a docstring (nbdev makes it from the notebook's `> ` line) that ends a sentence"
+    bad = [f"{p.relative_to(PKG.parent)}: {ast.get_docstring(ast.parse(p.read_text()))!r}" for p in modules()
+           if not _SENTENCE_END.search((ast.get_docstring(ast.parse(p.read_text())) or '').strip())]
+    assert not bad, "module docstrings cut or missing (one line, <= 120 characters with its quotes):\n" + '\n'.join(bad)
+
+MAX_LINE = 120
+NBS = PKG.parent/'nbs'
+
+def _nbdev_all(lines:list)->set:
+    """Line numbers (1-based) of the `__all__` that nbdev_export writes after `# %% auto #0`: nbdev wraps its names at
+    120 characters and then prefixes `__all__ = `, so its first line may be up to 130; the module's own lines are not"""
+    out = set()
+    for i, l in enumerate(lines):
+        if l == '# %% auto #0' and i + 1 < len(lines) and lines[i + 1].startswith('__all__ = '): out.add(i + 2)
+    return out
+
+def test_lines_at_most_120():
+    "Lines of distrib/ (nbdev's `__all__` aside) and of the notebooks' code cells are at most 120 characters"
+    bad = []
+    for p in modules():
+        lines = p.read_text().splitlines()
+        skip = _nbdev_all(lines)
+        bad += [f"{p.relative_to(PKG.parent)}:{i}: {len(l)}" for i, l in enumerate(lines, 1)
+                if len(l) > MAX_LINE and i not in skip]
+    for nb in sorted(NBS.glob('*.ipynb')):
+        for k, cell in enumerate(json.loads(nb.read_text())['cells']):
+            if cell['cell_type'] != 'code': continue
+            bad += [f"{nb.name}, cell {k}: {len(l)}" for l in ''.join(cell['source']).splitlines() if len(l) > MAX_LINE]
+    assert not bad, f"lines over {MAX_LINE} characters:\n" + '\n'.join(bad)
+
+def unused_imports(path:Path)->list:
+    """`(line, name)` for each name an import statement of `path` binds at module level and the module never uses (a
+    name read anywhere in it, or listed in `__all__`); an import whose line says `# noqa` is imported for its effect"""
+    src = path.read_text()
+    tree, lines = ast.parse(src), src.splitlines()
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    used |= {n.value.id for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+    for node in tree.body:   # `__all__ = [...]`: the names a module re-exports are used
+        if isinstance(node, ast.Assign) and any(getattr(t, 'id', None) == '__all__' for t in node.targets):
+            used |= {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+    out = []
+    for node in tree.body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or getattr(node, 'module', None) == '__future__': continue
+        if 'noqa' in lines[node.lineno - 1]: continue
+        for a in node.names:
+            name = a.asname or a.name.split('.')[0]
+            if name not in used: out.append((node.lineno, name))
+    return out
+
+def test_no_unused_import():
+    bad = [f"{p.relative_to(PKG.parent)}:{ln}: {name}" for p in modules() for ln, name in unused_imports(p)]
+    assert not bad, "imported but never used (remove it, or say `# noqa` and why on its line):\n" + '\n'.join(bad)
+
+def test_init_all_is_what_it_imports():
+    "`distrib.__all__` lists exactly the public names `distrib/__init__.py` imports: what `from distrib import *` gives"
+    tree = ast.parse((PKG/'__init__.py').read_text())
+    imported_names = [a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names]
+    public = [n for n in imported_names if not n.startswith('_')]
+    import distrib
+    assert sorted(distrib.__all__) == sorted(public) and len(set(distrib.__all__)) == len(distrib.__all__), (
+        f"in __all__ only: {sorted(set(distrib.__all__) - set(public))}; "
+        f"imported only: {sorted(set(public) - set(distrib.__all__))}")
+
+# What `from distrib import X` gave before the layout of issue 31: every name must keep working
+EXPORTED = """AccumMetric AvgLoss AvgMetric CSVLogger Callback CancelBackwardException CancelBatchException CancelEpochException
+CancelFitException CancelStepException CancelTrainException CancelValidException Checkpoint CollectiveTimeoutError
+DEFAULT_LIVENESS_TIMEOUT DEFAULT_TIMEOUT DataLoaders DistributedDL DistributedModule DistributedTrainer
+EarlyStoppingCallback ErrorRecord FSDPTrainer Failure GatherPreds GradientAccumulation GradientClip IterableShards
+LRFinder Learner LearnerSaving MLflowCallback Metric MixedPrecision ParallelModule ParallelTrainer ParamScheduler
+PeerFailedError Preempted ProgressCallback RanksDivergedError Recorder ResumeError RunLogger SYNC_STRATEGIES
+SaveModelCallback SchedCos SchedExp SchedLin SchedNo SchedPoly StopSignals SuggestionMethod TensorBoardCallback
+TerminateOnNaNCallback TrackerCallback WandbCallback World WorldError accuracy all_reduce_mean all_reduce_sum
+broadcast_object check_ddp_buckets check_loader check_models checkpoints clip_grad_norm_ combine_scheds combined_cos
+compile_forwards compile_options config_of convert_sync_batchnorm current_world default_backend detect_world
+distrib_barrier distrib_timeout ensure_distrib events expand_hostlist full_model_state full_opt_state gather_in_order
+gather_object get_random_states in_collective is_sharded iter_shard liveness_timeout load_file load_sharded
+local_rank_distrib local_state_bytes long_phase minimum notebook_launch num_distrib offline_history pg_initialized
+planned_steps plot_lr_find preflight_check rank0_first rank_distrib record_error requeue_slurm_job restore_forwards
+revert_sync_batchnorm root_failure save_file save_sharded set_full_model_state set_full_opt_state set_random_states
+set_seed setup_distrib shard_idxs shard_model slide steep teardown_distrib unwrap_model valley
+callback data files launch learner metrics recorder runtime saving state strategies""".split()
+
+def test_exported_names_kept():
+    "Every name `from distrib import X` gave before keeps working (the last line: subpackages and modules)"
+    import distrib
+    assert len(EXPORTED) == 136 and not [n for n in EXPORTED if not hasattr(distrib, n)], \
+        [n for n in EXPORTED if not hasattr(distrib, n)]
+
+def test_strategies_registered_explicitly():
+    """`strategies.context` names every strategy in its table and imports the module when the strategy is asked for:
+    it does not import `strategies.fsdp`, which registers nothing (`import distrib` imports it to export `FSDPTrainer`)"""
+    context, fsdp = PKG/'strategies'/'context.py', PKG/'strategies'/'fsdp.py'
+    assert not [m for _, m in imported(context) if m.startswith('distrib.strategies.fsdp')]
+    assert '_STRATEGIES' not in fsdp.read_text() and not [m for _, m in imported(fsdp) if 'context' in m]
+    from distrib.strategies.context import _trainer_class
+    from distrib.strategies.fsdp import FSDPTrainer
+    assert _trainer_class('fsdp') is FSDPTrainer
+
+def test_stall_checks_set_up_by_a_call():
+    "Nothing imports `runtime.stalls` for its effect: whoever starts liveness calls `watch_stalls()` first"
+    for p in modules():
+        src = p.read_text()
+        assert 'import stalls' not in src, f"{p.relative_to(PKG.parent)} imports runtime.stalls for its effect"
+        if 'start_liveness(' in src and p.name != 'liveness.py':
+            assert 'watch_stalls()' in src, f"{p.relative_to(PKG.parent)} starts liveness without the stall checks"
+
 def test_checks_fail_on_a_bad_tree(tmp_path, monkeypatch):
-    "The checks above can fail: a runtime module importing the Learner, or a long module, is caught"
+    """The checks above can fail: a runtime module importing the Learner, a silent broad except, an underscore name
+    imported from another module, a cut docstring, a long line, an unused import are caught"""
     bad = tmp_path/'distrib'/'runtime'; bad.mkdir(parents=True)
-    (bad/'x.py').write_text("def f():\n    from ..learner import Learner\n    try: pass\n    except Exception: pass\n")
+    (bad/'x.py').write_text('"""A module whose docstring stops mid"""\nimport os\nfrom .group import _State\n'
+                            "def f():\n    from ..learner import Learner\n    try: pass\n    except Exception: pass\n"
+                            f"    return '{'x' * 120}'\n")
     monkeypatch.setattr(__import__(__name__), 'PKG', tmp_path/'distrib')
     p = bad/'x.py'
-    assert imported(p) == [(2, 'distrib.learner')] and layer('distrib.learner') > layer(module_name(p))
+    assert imported(p) == [(3, 'distrib.runtime.group'), (5, 'distrib.learner')]
+    assert layer('distrib.learner') > layer(module_name(p))
     handler = next(n for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ExceptHandler))
     assert _swallows(handler)
+    assert private_imports(p) == [(3, 'distrib.runtime.group', '_State')]
+    assert not _SENTENCE_END.search(ast.get_docstring(ast.parse(p.read_text())))
+    assert [i for i, l in enumerate(p.read_text().splitlines(), 1) if len(l) > MAX_LINE] == [8]
+    assert unused_imports(p) == [(2, 'os'), (3, '_State')]
 
 def test_readme_is_the_index_notebook():
     "README.md (written by hand) and nbs/index.ipynb (the docs' home page) say the same: tools/readme_to_index.py"
