@@ -40,7 +40,6 @@ def localhost_store(port:int=0, what:str='--master_port')->dist.TCPStore:
     sock.detach()  # the store's server owns the socket now, and closes it
     return store
 
-
 # %% ../../nbs/38_launch.store.ipynb #5f59adf1
 def serve(host:str='0.0.0.0', # the address to listen on
           port:int=29400,     # the TCP port; 0 picks a free one
