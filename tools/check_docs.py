@@ -1,10 +1,11 @@
 """Check the built documentation site (`_docs/`, from `python tools/docs.py`) in a real browser: Debian's
 `chromium`, headless, with a fresh profile. Every page loads (chromium renders it, scripts run, and the DOM it
 dumps has the page's `<h1>`); every internal link resolves (the file exists, and the anchor is an element id of
-the rendered target); every public name of each module (its `__all__`) has its heading on its notebook's page;
+the rendered target); every public name each module defines (its `__all__`, less what it re-exports, as
+`distrib/__init__.py` does) has its heading on its notebook's page;
 a screenshot of the index is written to `_proc/docs_check/index.png` (and must not be blank). Prints one line per
 problem and exits 1 when there is any. Usage: python tools/check_docs.py [site dir]"""
-import importlib, json, re, shutil, subprocess, sys, tempfile
+import ast, importlib, json, re, shutil, subprocess, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
@@ -60,6 +61,16 @@ def module_pages()->dict:
                 break
     return out
 
+def defined_in(module)->set:
+    "The names `module`'s own source binds at its top level (functions, classes, assignments), not those it imports"
+    out = set()
+    for node in ast.parse(Path(module.__file__).read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return out
+
 def main():
     pages = sorted(p for p in SITE.rglob('*.html') if p.name != '404.html')
     if not (SITE/'index.html').exists(): sys.exit(f"check_docs: {SITE}/index.html is missing (python tools/docs.py)")
@@ -80,7 +91,8 @@ def main():
     for page, mod in module_pages().items():
         p = SITE/page
         if p not in parsed: problems.append(f"{page}: missing"); continue
-        missing = [n for n in getattr(importlib.import_module(mod), '__all__', []) if n not in parsed[p].codes]
+        module = importlib.import_module(mod)
+        missing = [n for n in getattr(module, '__all__', []) if n in defined_in(module) and n not in parsed[p].codes]
         if missing: problems.append(f"{page}: no documentation for {', '.join(missing)}")
     OUT.mkdir(parents=True, exist_ok=True)
     shot = OUT/'index.png'
