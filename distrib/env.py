@@ -8,20 +8,17 @@ import argparse, shlex, sys, time
 import torch
 import torch.distributed as dist
 from .runtime.world import World, detect_world
-from .runtime.group import default_backend, setup_distrib
+from .runtime.group import default_backend, setup_distrib, rank_device
 
 # %% auto #0
 __all__ = ['local_device', 'describe', 'check', 'main']
 
 # %% ../nbs/42_env.ipynb #09a0eb28
 def local_device(world:World)->str:
-    """The device a process of `world` trains on by default: 'cuda:<local rank>' when CUDA is available (as
-    `setup_distrib` and `distrib_ctx` pick it), 'cpu' without CUDA, or a sentence saying why there is none when the
-    local rank is not below the number of visible GPUs (e.g. GPUs bound one per task: then every task sees cuda:0)."""
-    if not torch.cuda.is_available(): return 'cpu'
-    n = torch.cuda.device_count()
-    if world.local_rank >= n: return f"none: local rank {world.local_rank} but {n} visible GPU(s)"
-    return f'cuda:{world.local_rank}'
+    """The device a process of `world` trains on by default, as `setup_distrib` and `distrib_ctx` pick it
+    (`rank_device`): 'cuda:<local rank % visible GPUs>' when CUDA is available (cuda:0 in every task when GPUs are
+    bound one per task), 'cpu' without CUDA."""
+    return str(rank_device(world=world) or 'cpu')
 
 def describe(world:World)->str:
     """One line of `key=value` fields (values with spaces shell-quoted) describing `world`: rank, world size, local
@@ -31,7 +28,7 @@ def describe(world:World)->str:
     master = f'{world.master_addr or "-"}:{world.master_port or "-"}' if world.world_size > 1 else '-'
     fields = dict(rank=world.rank, world_size=world.world_size, local_rank=world.local_rank,
                   local_world_size=world.local_world_size, node_rank=world.node_rank, env=world.env, master=master,
-                  backend=default_backend(device if device.startswith(('cpu', 'cuda')) else None), device=device,
+                  backend=default_backend(device), device=device,
                   gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0, job_id=world.job_id or '-',
                   restart_count=world.restart_count, torch=torch.__version__)
     return ' '.join(f'{k}={shlex.quote(str(v))}' for k, v in fields.items())
@@ -45,7 +42,7 @@ def check(world:World, timeout:float=60)->str:
     start = time.perf_counter()
     device = local_device(world)
     setup_distrib(device=device if device.startswith('cuda') else None, timeout=timeout, world=world)
-    t = torch.ones(1, device=device if device.startswith(('cpu', 'cuda')) else 'cpu')
+    t = torch.ones(1, device=device)
     dist.all_reduce(t)
     if t.item() != world.world_size:
         raise RuntimeError(f"all_reduce of a 1 on every rank gave {t.item():g}, not the world size {world.world_size}")

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from pathlib import Path
 from .runtime.group import distrib_barrier
-from .model import unwrap_model, model_device
+from .model import unwrap_model
 from .files import save_file, load_file, check_opt_state, opt_type, on_rank0
 from .state import (is_sharded, full_model_state, full_opt_state, set_full_model_state, set_full_opt_state,
                            save_sharded, load_sharded)
@@ -80,7 +80,10 @@ class LearnerSaving:
             if with_opt and self.opt is None: self.create_opt()
             load_sharded(folder, model, self.opt if with_opt else None, strict=strict)
             return self
+        # onto the CPU whatever the model's device (as Checkpoint reads, and Lightning's and HF's Trainer resume):
+        # `load_state_dict` copies to the parameters' device, the GPU never holds a second whole copy, and the
+        # optimizer's step counts stay on the CPU (on the GPU, non-fused Adam would synchronise for them every step)
         sharded = is_sharded(model)  # every rank maps the file and keeps its shards
-        state = load_file(file, map_location='cpu' if sharded else model_device(self.model), mmap=sharded)
+        state = load_file(file, map_location='cpu', mmap=sharded)
         self.load_model_state(state, with_opt, strict, file)
         return self

@@ -16,7 +16,7 @@ from .core import Callback
 from ..files import save_file, load_file, on_rank0, remove_stale_temps, opt_type, check_opt_state
 from ..runtime.seed import get_random_states, set_random_states
 from ..state import is_sharded, save_sharded, load_sharded, load_sharded_extra
-from ..model import unwrap_model, model_device
+from ..model import unwrap_model
 from .preemption import StopSignals, Preempted
 from ..learner import Learner
 from ..recorder import Recorder
@@ -54,9 +54,10 @@ def _to_bytes(obj)->bytes:
 
 def _read_sharded(path:Path)->dict:
     """The checkpoint stored beside the shards of the sharded checkpoint `path` (all but the model and optimizer),
-    read on every rank (a collective when there is a process group), with `torch.load(weights_only=True)`"""
+    read on every rank (a collective when there is a process group), onto the CPU, with
+    `torch.load(weights_only=True)`"""
     extra = load_sharded_extra(path, {'checkpoint': b''})  # the model and optimizer are read later
-    return torch.load(io.BytesIO(extra['checkpoint']), weights_only=True)
+    return torch.load(io.BytesIO(extra['checkpoint']), map_location='cpu', weights_only=True)
 
 def _stateful(learn:Learner, exclude=None)->dict:
     "The callbacks of `learn` that define `state_dict` and `load_state_dict`, by key: their name, `name_2`, ..."
@@ -292,7 +293,9 @@ class Checkpoint(Callback):
     def _read(self, file:Path)->dict:
         "Checkpoint `file`, read on every rank; the same error on every rank when a rank cannot read it"
         ck = err = None
-        try: ck = load_file(file, map_location=model_device(self.learn.model))
+        # on the CPU whatever the model's device: the random states must be CPU byte tensors, and the model's and
+        # optimizer's `load_state_dict` copy to their parameters' device (as Lightning and HF's Trainer resume)
+        try: ck = load_file(file, map_location='cpu')
         except Exception as e:  # any reading error: alone, raised as it is; shared, raised below on every rank
             if not self.shared: raise
             err = f"{type(e).__name__}: {e}"

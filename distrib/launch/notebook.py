@@ -69,10 +69,26 @@ class _Recorded:
         settle(rec)
 
 # %% ../../nbs/41_launch.notebook.ipynb #fab1c850
-def _default_start_method()->str:
-    "'fork' where it is available and safe (Linux, CUDA not initialized in this process), else 'spawn'"
+def _cuda_blocks_fork()->bool:
+    """True when a child forked now could not use the GPUs: this process called into CUDA already. Not only
+    `torch.cuda.is_initialized()`: `torch.cuda.is_available()` initialises the driver (`cudaGetDeviceCount`) and
+    registers torch's fork handler (`poison_fork` in torch/csrc/cuda/Module.cpp), so that a forked child is in torch's
+    "bad fork" state and fails at its first CUDA call. Asked of a child forked for the purpose, which exits at once
+    with `torch.cuda._is_in_bad_fork()`; False, without forking, for a torch built without CUDA, and False when
+    there is no GPU to use (a CUDA build on a CPU machine: the child trains on the CPU)"""
+    if not torch.cuda._is_compiled() or not hasattr(os, 'fork'): return False
+    pid = os.fork()
+    if pid == 0: os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    poisoned = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 1
+    return poisoned and torch.cuda.device_count() > 0  # asked only once poisoned: asking poisons
+
+_CUDA_USED = ("CUDA was used in this process already (torch.cuda.is_available() initialises it, as any CUDA call), "
+              "so forked workers could not use the GPU")
+
+def _default_start_method(cuda_used:bool)->str:
+    "'fork' where it is available and safe (Linux, CUDA not used in this process: `cuda_used` False), else 'spawn'"
     ok = 'fork' in mp.get_all_start_methods() and sys.platform.startswith('linux')
-    return 'fork' if ok and not torch.cuda.is_initialized() else 'spawn'
+    return 'fork' if ok and not cuda_used else 'spawn'
 
 def _raise_failure(e:ChildFailedError, d:str, nprocs:int, timeout:float|None):
     "Raise, for `e`, the exception of the worker at fault (`root_failure`), from the workers' records in `d`"
@@ -117,24 +133,28 @@ def notebook_launch(fn,                      # the function each worker runs: fn
                     *args,                   # positional arguments of `fn`
                     nprocs:int=2,            # number of worker processes (the world size)
                     timeout:float|None=None, # seconds for the whole run; None: no limit
-                    start_method:str|None=None, # 'fork' or 'spawn'; None: fork on Linux without CUDA initialized
+                    start_method:str|None=None, # 'fork' or 'spawn'; None: fork on Linux unless CUDA was used
                     kwargs:dict|None=None,   # keyword arguments of `fn`
                    ):                        # what `fn` returned on rank 0
     """Run `fn(*args, **kwargs)` in `nprocs` new processes, ranks 0 to `nprocs-1` of one job on this machine, as
     `distrib.launch` does (through torch.distributed.launcher.api.elastic_launch, the store on 127.0.0.1 only), and
     return rank 0's return value.
     Raises `ValueError` for `nprocs` < 1 or, with spawn, a function defined in `__main__` (not importable by the
-    workers), and `RuntimeError`, with fork, when this process has a process group; re-raises a worker's exception
-    (the root cause's, with the rank in a note); `RuntimeError` for a worker that died without raising;
-    `TimeoutError` after `timeout` seconds."""
+    workers), and `RuntimeError`, with fork, when this process has a process group or used CUDA; re-raises a
+    worker's exception (the root cause's, with the rank in a note); `RuntimeError` for a worker that died without
+    raising; `TimeoutError` after `timeout` seconds."""
     if not isinstance(nprocs, int) or nprocs < 1: raise ValueError(f"nprocs={nprocs!r}: need an integer >= 1")
-    method = start_method or _default_start_method()
+    cuda_used = start_method in (None, 'fork') and _cuda_blocks_fork()
+    method = start_method or _default_start_method(cuda_used)
+    later = ("restart the kernel and call notebook_launch before any CUDA call (PYTORCH_NVML_BASED_CUDA_CHECK=1 makes "
+             "torch.cuda.is_available() ask NVML instead, leaving CUDA unused)")
+    if method == 'fork' and cuda_used:
+        raise RuntimeError(f"start_method='fork', but {_CUDA_USED}: pass start_method='spawn' (fn importable from a "
+                           f"module), or {later}")
     if method != 'fork' and getattr(fn, '__module__', None) == '__main__':
-        why = ("CUDA is initialized in this process, so the workers cannot be forked" if torch.cuda.is_initialized()
-               else f"start method {method!r} cannot run functions defined in the notebook")
+        why = _CUDA_USED if cuda_used else f"start method {method!r} cannot run functions defined in the notebook"
         raise ValueError(f"{why}; {method} needs fn importable from a module: move {getattr(fn, '__name__', fn)} "
-                         "to a .py file and import it, or restart the kernel and call notebook_launch before any "
-                         "CUDA call")
+                         f"to a .py file and import it, or {later}")
     if method == 'fork' and pg_initialized():
         raise RuntimeError("This process has a process group, which forked workers would inherit half-working: "
                            "call teardown_distrib() (or torch.distributed.destroy_process_group()) first")

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import torch
 import torch.distributed as dist
-from .group import ensure_distrib
+from .group import ensure_distrib, group_backend
 from .position import doing
 
 # %% auto #0
@@ -22,9 +22,14 @@ def _check_rank(r, ws:int, name:str):
     if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < ws:
         raise ValueError(f"Invalid {name}={r!r}: it must be a rank in the interval [0, {ws-1}]")
 
-def comm_device()->torch.device:
-    "Where the default group moves tensors: the CPU unless its only backend is NCCL (then the current GPU)"
-    return torch.device('cuda', torch.cuda.current_device()) if dist.get_backend() == 'nccl' else torch.device('cpu')
+def comm_device(group=None, # a process group; default: the default group
+               )->torch.device:
+    """Where distrib's own collectives put their tensors for `group`: the CPU when the group has a backend for CPU
+    tensors (gloo, also in distrib's default `'cpu:gloo,cuda:nccl'`: no GPU synchronisation for a few numbers), else
+    the current CUDA device (NCCL alone). Decided by `group_backend`, not by `dist.get_backend()`, which is the
+    whole string for a group of several backends. Needs the group."""
+    if group_backend('cpu', group) is not None: return torch.device('cpu')
+    return torch.device('cuda', torch.cuda.current_device())
 
 # %% ../../nbs/09_runtime.collectives.ipynb #66188e37
 def broadcast_object(obj,        # any picklable object; only `src`'s is used
@@ -55,8 +60,9 @@ def all_reduce_sum(tensor:torch.Tensor, # any shape; the same shape and dtype on
     if _world_size() == 1: return t
     dev = comm_device()
     c = t.to(dev)
-    with doing('collective', 'all_reduce_sum'): dist.all_reduce(c, op=dist.ReduceOp.SUM)
-    return c.to(t.device)
+    with doing('collective', 'all_reduce_sum'):
+        dist.all_reduce(c, op=dist.ReduceOp.SUM)
+        return c.to(t.device)  # NCCL returns once queued: the wait for the peers is here, in the collective's position
 
 def all_reduce_mean(tensor:torch.Tensor, # any shape; the same shape and dtype on every rank
                    )->torch.Tensor:     # same shape and device: the element-wise mean over ranks, detached; floating
@@ -100,8 +106,9 @@ def _gather_rows(t:torch.Tensor)->list:
     buf = torch.zeros((longest, *shape), dtype=dtype, device=dev)
     if len(t): buf[:len(t)] = t.to(dev)
     parts = [torch.empty_like(buf) for _ in meta]
-    with doing('collective', 'gather_in_order'): dist.all_gather(parts, buf)
-    return [p[:n].cpu() for p, (n, _, _) in zip(parts, meta)]
+    with doing('collective', 'gather_in_order'):
+        dist.all_gather(parts, buf)
+        return [p[:n].cpu() for p, (n, _, _) in zip(parts, meta)]  # under NCCL alone: the wait for the peers
 
 def gather_in_order(t:torch.Tensor,    # this rank's results, one row per sample: shape (k, ...)
                     idxs:torch.Tensor, # int64 dataset index of each row of `t`: shape (k,)

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/08_runtime.group.ipynb #4ee8fc07
 from __future__ import annotations
-import gc, sys, atexit, datetime
+import gc, os, sys, atexit, datetime
 from contextlib import contextmanager
 import torch
 import torch.distributed as dist
@@ -16,8 +16,35 @@ from .waits import store_barrier, announce, wait_for
 from .stalls import watch_stalls
 
 # %% auto #0
-__all__ = ['DEFAULT_TIMEOUT', 'default_backend', 'setup_distrib', 'ensure_distrib', 'distrib_timeout', 'group_timeout',
-           'distrib_barrier', 'teardown_distrib', 'skip_exit_barrier', 'rank0_only', 'rank0_first']
+__all__ = ['DEFAULT_TIMEOUT', 'rank_device', 'default_backend', 'nccl_grace', 'setup_distrib', 'ensure_distrib', 'group_backend',
+           'distrib_timeout', 'group_timeout', 'distrib_barrier', 'teardown_distrib', 'skip_exit_barrier', 'rank0_only',
+           'rank0_first']
+
+# %% ../../nbs/08_runtime.group.ipynb #6a3f9d47
+def rank_device(device:torch.device|str|int|None=None, # asked for; an int `k` means `cuda:k`
+                world:World|None=None,                  # where this process stands; default `current_world()`
+               )->torch.device|None:                    # None: no device asked for and no CUDA
+    """The device this rank trains on: `device` when it is not a CUDA device or names its index; `'cuda'` without an
+    index, or no `device` when CUDA is available, is `cuda:<local rank % visible GPUs>` (torchtitan's rule): one GPU per
+    local rank when every process sees all of its node's GPUs, `cuda:0` when each sees only its own. None without
+    CUDA when no `device` is given. Raises `RuntimeError` for a CUDA device without CUDA and `ValueError` for an index
+    that is not a GPU this process sees (naming them, and `CUDA_VISIBLE_DEVICES` when set)."""
+    if isinstance(device, int) and not isinstance(device, bool): device = f'cuda:{device}'
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type != 'cuda': return device
+    if not torch.cuda.is_available():
+        if device is None: return None
+        raise RuntimeError(f"Device {device} was asked for but torch.cuda.is_available() is False: "
+                           "pass device='cpu' (backend gloo) or run on a machine with a GPU")
+    n = torch.cuda.device_count()
+    if device is not None and device.index is not None:
+        if device.index < n: return device
+        seen = os.environ.get('CUDA_VISIBLE_DEVICES')
+        raise ValueError(f"Device {device} was asked for but this process sees {n} GPU(s), cuda:0 to cuda:{n-1}"
+                         + (f" (CUDA_VISIBLE_DEVICES={seen})" if seen is not None else '') + ": pass device='cuda' "
+                         "(this rank's GPU) or an index below the number of GPUs this process sees")
+    world = current_world() if world is None else world
+    return torch.device('cuda', world.local_rank % n)
 
 # %% ../../nbs/08_runtime.group.ipynb #71b7c3f1
 DEFAULT_TIMEOUT = 600.0  # seconds a collective waits for its peers (torch: 1800 for gloo, 600 for NCCL)
@@ -53,14 +80,22 @@ def _init_method(world:World)->str:
     return f'tcp://{world.master_addr}:{world.master_port}'
 
 def _use_device(device:torch.device|None, world:World):
-    "Make `device` (or, with CUDA, `cuda:<local rank>`) this process's current CUDA device"
-    if device is not None and device.type == 'cuda':
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"Device {device} was asked for but torch.cuda.is_available() is False: "
-                               "pass device='cpu' (backend gloo) or run on a machine with a GPU")
-        if device.index is not None: torch.cuda.set_device(device)
-    elif device is None and torch.cuda.is_available() and world.local_rank < torch.cuda.device_count():
-        torch.cuda.set_device(world.local_rank)
+    "Make `rank_device(device, world)` this process's current CUDA device when it is one"
+    d = rank_device(device, world)
+    if d is not None and d.type == 'cuda': torch.cuda.set_device(d)
+
+def nccl_grace(timeout:datetime.timedelta)->datetime.timedelta:
+    "What the NCCL backend of a group waits beyond the group's `timeout`: max(60 s, 10 % of it)"
+    return max(datetime.timedelta(seconds=60), timeout / 10)
+
+def _nccl_backstop(timeout:datetime.timedelta, group=None):
+    """Give the NCCL backend of `group` (default: the default group), if it has one, `timeout` plus
+    `nccl_grace(timeout)` (torch's `Backend._set_default_timeout`, as its `_set_pg_timeout` does): NCCL's watchdog,
+    which aborts the process without naming anyone, then acts only after distrib's own report at `timeout`; gloo keeps
+    `timeout`"""
+    if group_backend('cuda', group) != 'nccl': return
+    pg = dist.group.WORLD if group is None else group
+    pg._get_backend(torch.device('cuda'))._set_default_timeout(timeout + nccl_grace(timeout))
 
 def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; an int means `cuda:<int>`
                   backend:str|None=None,  # 'gloo', 'nccl', 'cpu:gloo,cuda:nccl', ...; None: `default_backend(device)`
@@ -69,9 +104,10 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
                  )->bool:                 # True if this call created the default process group
     """Create the default process group for `world`, which lives until `teardown_distrib` or the end of the
     process. Returns False, doing nothing, when a group exists already or the world has one process. Raises
-    `WorldError` for inconsistent environment variables or an unknown rank-0 address, and `RuntimeError` when a
-    CUDA device is asked for without CUDA; torch's own errors (a rendezvous that times out) pass through."""
-    if isinstance(device, int): device = f'cuda:{device}'
+    `WorldError` for inconsistent environment variables or an unknown rank-0 address, `RuntimeError` when a CUDA
+    device is asked for without CUDA and `ValueError` for a GPU index this process does not see (`rank_device`);
+    torch's own errors (a rendezvous that times out) pass through."""
+    if isinstance(device, int) and not isinstance(device, bool): device = f'cuda:{device}'
     device = torch.device(device) if device is not None else None
     world = current_world() if world is None else world
     _use_device(device, world)
@@ -89,6 +125,7 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
             store = dist.PrefixStore(f'distrib/{world.restart_count}/{_State.n_groups}', store)
             dist.init_process_group(backend or default_backend(device), store=store, rank=rank, world_size=size,
                                     timeout=timeout)
+            _nccl_backstop(timeout)
     except BaseException:
         set_group_state('none')
         raise
@@ -105,6 +142,15 @@ def ensure_distrib(world:World|None=None, # where this process stands; default `
     if world.world_size == 1: return False
     if not pg_initialized(): setup_distrib(world=world)
     return True
+
+# %% ../../nbs/08_runtime.group.ipynb #9d6a2c7a
+def group_backend(device_type:str,  # 'cpu', 'cuda', ...
+                  group=None,       # a process group; default: the default group
+                 )->str|None:       # 'gloo', 'nccl', ...; None when no backend of the group takes these tensors
+    """The backend of `group` that runs collectives on `device_type` tensors, read from the group's configuration
+    (`torch.distributed.get_backend_config`: 'cpu:gloo,cuda:nccl' for distrib's default, 'cuda:nccl' for `'nccl'`,
+    'cpu:gloo,cuda:gloo' for `'gloo'`). Raises what `get_backend_config` raises without a group (`ValueError`)."""
+    return dict(p.split(':', 1) for p in dist.get_backend_config(group).split(',')).get(device_type)
 
 # %% ../../nbs/08_runtime.group.ipynb #d26c33ae
 @contextmanager
@@ -123,10 +169,10 @@ def distrib_timeout(timeout:float|datetime.timedelta|None, # seconds; None leave
         raise RuntimeError(f"Cannot set the process group's timeout to {timeout.total_seconds()} s: {why}. Pass the "
                            "timeout when the group is created: setup_distrib(timeout=...) before anything else")
     old = _State.timeout
-    setter(timeout); _State.timeout = timeout
+    setter(timeout); _nccl_backstop(timeout); _State.timeout = timeout
     try: yield
     finally:
-        if pg_initialized(): setter(old)
+        if pg_initialized(): setter(old); _nccl_backstop(old)
         _State.timeout = old if pg_initialized() else None
 
 # %% ../../nbs/08_runtime.group.ipynb #2076b3f0

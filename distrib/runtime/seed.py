@@ -56,16 +56,17 @@ def set_random_states(torch_state:torch.Tensor|None=None, # torch's CPU generato
                       numpy_state:tuple|None=None,        # as `get_random_states` returns it
                       torch_cuda_state:torch.Tensor|None=None, # the current CUDA device's generator state
                      ):
-    """Put back the states `get_random_states` returned (fastai's `set_random_states`); a state that is None is left
-    as it is, and so is NumPy's when NumPy is not installed. Raises `RuntimeError` for a CUDA state without CUDA."""
-    if torch_state is not None: torch.set_rng_state(torch_state)
+    """Put back the states `get_random_states` returned (fastai's `set_random_states`), from tensors on any device (a
+    file read onto a GPU too: torch takes generator states from the CPU only); a state that is None is left as it is,
+    and so is NumPy's when NumPy is not installed. Raises `RuntimeError` for a CUDA state without CUDA."""
+    if torch_state is not None: torch.set_rng_state(torch_state.cpu())
     if random_state is not None: random.setstate(random_state)
     np = _numpy()
     if numpy_state is not None and np is not None:
         kind, keys, pos, has_gauss, gauss = numpy_state
-        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+        np.random.set_state((kind, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, gauss))
     if torch_cuda_state is not None:
         if not torch.cuda.is_available():
             raise RuntimeError("A CUDA random state was saved but CUDA is not available here: resume on a machine "
                                "with a GPU, or drop 'torch_cuda_state' from the states")
-        torch.cuda.set_rng_state(torch_cuda_state)
+        torch.cuda.set_rng_state(torch_cuda_state.cpu())

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import gc, datetime, importlib, weakref
 from contextlib import contextmanager
+import torch
 import torch.distributed as dist
 from fastcore.basics import patch
 from ..runtime.world import current_world, pg_initialized
@@ -14,6 +15,7 @@ from ..runtime.liveness import remember_position
 from ..runtime.waits import explain_failure
 from ..runtime.stalls import check_stall_timeout, stall_timeout_for
 from ..learner import Learner
+from ..model import unwrap_model, move_model
 from .ddp import DistributedTrainer, check_kwargs, train_device
 
 # %% auto #0
@@ -98,10 +100,19 @@ def _check_backend(backend:str|None):
                        f"{dist.get_backend()!r}: a group's backend cannot change. Create it first with "
                        f"setup_distrib(backend={backend!r}) at the top of the script")
 
+def _one_process(learn:Learner, device):
+    """A world of one: `learn`'s model, with its optimizer's state, moves to `train_device(model, device)` (this
+    rank's GPU when CUDA is available, made the current device) and trains there, without DDP. A model whose
+    parameters are on several devices stays as the user placed it."""
+    model = unwrap_model(learn.model)
+    d, where = train_device(model, device), {p.device for p in model.parameters()}
+    if d.type == 'cuda': torch.cuda.set_device(d)
+    if len(where) == 1 and where != {d}: move_model(model, learn.opt, d)
+
 @patch
 @contextmanager
 def distrib_ctx(self:Learner,
-                device=None,            # this rank's device; default: cuda:<local rank> with CUDA, else the model's
+                device=None,            # this rank's device; default: its GPU (`rank_device`), else the model's
                 sync_bn:bool=False,     # BatchNorm -> SyncBatchNorm for the duration (CUDA only)
                 backend:str|None=None,  # process-group backend if the group is created here; default: setup_distrib's
                 timeout:float|datetime.timedelta|None=None, # seconds a collective waits for peers; None: the group's
@@ -112,9 +123,11 @@ def distrib_ctx(self:Learner,
                 stall_timeout:float|None=None, # seconds a rank may stay stuck while others wait before the job ends
                 **kwargs):              # the strategy's options: DDP's (find_unused_parameters, ...) or FSDP's
     """Context manager: in a world of several processes, create the process group if none exists (it then lives
-    until the process ends) and `to_distributed` on entry, `detach_distributed` on exit, also when the body raises;
-    a no-op in a world of one. Raises `ValueError` for an unknown `strategy` or `comm_hook` and `TypeError` for an
-    option the strategy or `torch.compile` does not take (checked first, also in a single process),
+    until the process ends) and `to_distributed` on entry, `detach_distributed` on exit, also when the body raises.
+    In a world of one, the model and its optimizer's state move to this rank's device (`_one_process`: the GPU when
+    CUDA is available) and train there, with nothing else changed. Raises `ValueError` for an unknown `strategy` or
+    `comm_hook` and `TypeError` for an option the strategy or `torch.compile` does not take (checked first, also in a
+    single process),
     `RuntimeError` for a `backend` other than an existing group's, and what `setup_distrib`, `distrib_timeout` and
     `to_distributed` raise. An error raised inside a collective is re-raised as the `CollectiveTimeoutError` or
     `PeerFailedError` that names the ranks at fault (`explain_failure`). A stall (a rank stuck outside any collective
@@ -125,6 +138,7 @@ def distrib_ctx(self:Learner,
     stall_timeout = check_stall_timeout(stall_timeout)
     world = current_world()
     if world.world_size == 1:
+        _one_process(self, device)
         yield self
         return
     _check_backend(backend)

@@ -13,11 +13,11 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.utils.data import IterableDataset
 from fastcore.basics import noop
 from ..runtime.world import World, current_world, pg_initialized
-from ..runtime.group import ensure_distrib
+from ..runtime.group import ensure_distrib, rank_device, group_backend
 from ..runtime.position import track, doing
 from ..data import DataLoaders, DistributedDL, IterableShards
 from ..callback.core import Callback
-from ..model import model_device, is_compiled, unwrap_model
+from ..model import model_device, move_model, is_compiled, unwrap_model
 from .preflight import preflight_check, check_models, check_loader
 from .compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets
 
@@ -69,21 +69,24 @@ def _check_ddp_kwargs(ddp_kwargs:dict):
 
 def _register_comm_hook(ddp:DistributedDataParallel, comm_hook:str|None, state=None):
     """Register hook `comm_hook` on `ddp` with `state` (default: the default process group, or a `PowerSGDState`).
-    TypeError for `'bf16'` under a backend other than NCCL"""
+    TypeError for `'bf16'` when the group's backend for CUDA tensors is not NCCL (`group_backend`: distrib's default
+    'cpu:gloo,cuda:nccl' has it)"""
     if comm_hook is None: return
     _check_comm_hook(comm_hook)
-    if comm_hook == 'bf16' and dist.get_backend(ddp.process_group) != 'nccl':  # torch checks how it was built only
-        raise TypeError(f"comm_hook='bf16' needs the NCCL backend (torch's bf16_compress_hook), and the process "
-                        f"group's is {dist.get_backend(ddp.process_group)!r}: use comm_hook='fp16' or None")
+    if comm_hook == 'bf16' and group_backend('cuda', ddp.process_group) != 'nccl':  # torch checks its build only
+        raise TypeError(f"comm_hook='bf16' needs the NCCL backend for CUDA tensors (torch's bf16_compress_hook), and "
+                        f"the process group's is {dist.get_backend(ddp.process_group)!r}: use comm_hook='fp16' or None")
     if state is None and comm_hook == 'powersgd': state = powerSGD_hook.PowerSGDState(process_group=None)
     ddp.register_comm_hook(state, _COMM_HOOKS[comm_hook])
 
 # %% ../../nbs/32_strategies.ddp.ipynb #f6d38f16
-def train_device(model:nn.Module, device)->torch.device:
-    "The device to train on: `device` (an int means `cuda:<int>`), else `cuda:<local rank>` with CUDA, else the model's"
-    if device is not None: return torch.device(f'cuda:{device}' if isinstance(device, int) else device)
-    if torch.cuda.is_available(): return torch.device('cuda', current_world().local_rank)
-    return model_device(model)
+def train_device(model:nn.Module, # the Learner's model, unwrapped
+                 device:torch.device|str|int|None, # asked for; an int `k` means `cuda:k`
+                )->torch.device:
+    """The device this rank trains `model` on: `rank_device(device)` (with CUDA and no `device`, or `'cuda'`, this
+    rank's GPU: `cuda:<local rank % visible GPUs>`), else, without CUDA and without `device`, the model's. Raises what
+    `rank_device` raises."""
+    return rank_device(device) or model_device(model)
 
 def convert_sync_batchnorm(model:nn.Module)->list:
     """Replace, in place, every BatchNorm submodule of `model` by a `nn.SyncBatchNorm` sharing its parameters and
@@ -119,9 +122,9 @@ class DistributedTrainer(Callback):
     need).
 
     Args:
-        device (torch.device|str|int, optional): device of this rank; an int means `cuda:<int>`. Default:
-            `cuda:<local rank>` when CUDA is available (the model is moved there, and stays there after detach),
-            else the model's device.
+        device (torch.device|str|int, optional): device of this rank; an int means `cuda:<int>`, `'cuda'` this
+            rank's GPU. Default: `cuda:<local rank % visible GPUs>` when CUDA is available (`rank_device`; the model
+            is moved there with its optimizer's state, and stays there after detach), else the model's device.
         sync_bn (bool): convert BatchNorm layers to `nn.SyncBatchNorm` (batch statistics over the global batch)
             while attached, and back on detach. CUDA only, as torch's SyncBatchNorm. Default False.
         comm_hook (str, optional): `'fp16'`, `'bf16'` or `'powersgd'`: a DDP communication hook of
@@ -186,7 +189,7 @@ class DistributedTrainer(Callback):
             raise ValueError(f"sync_bn=True needs CUDA (torch's SyncBatchNorm does not run on {device.type}): "
                              "pass sync_bn=False")
         if compile_opts is not None: check_ddp_buckets(self.ddp_kwargs.get('bucket_cap_mb'))
-        model = model.to(device)
+        move_model(model, self.learn.opt, device)  # the optimizer's state too: a Learner that trained before
         if self.sync_bn: self.swapped = convert_sync_batchnorm(model)
         device_ids = [device.index] if device.type == 'cuda' and device.index is not None else None
         check_models(model)  # before DDP: its broadcast of different dtypes would abort the process
@@ -236,6 +239,6 @@ class DistributedTrainer(Callback):
     def before_validate(self):
         """Validate with the plain module (compiled too): no collective per batch, so uneven shards never wait.
         Outside `fit` (`validate`, `get_preds`), first check that every rank evaluates the same loader."""
-        if not self.in_fit: check_loader(self.learn.dl, self.wrapped)
+        if not self.in_fit: check_loader(self.learn.dl)
         self.learn.model = self.inner
     def after_validate(self): self.learn.model = self.wrapped

@@ -5,8 +5,11 @@
 # %% ../../nbs/31_strategies.dp.ipynb #9c6e732e
 from __future__ import annotations
 from contextlib import contextmanager
+import torch
 from torch import nn
+from torch.nn.parallel.parallel_apply import parallel_apply
 from fastcore.basics import patch
+from ..model import move_model
 from ..callback.core import Callback
 from ..learner import Learner
 
@@ -14,13 +17,29 @@ from ..learner import Learner
 __all__ = ['ParallelModule', 'ParallelTrainer']
 
 # %% ../../nbs/31_strategies.dp.ipynb #602eb12e
+class _Autocast:
+    "Replica `module` called under `torch.autocast(device_type, dtype)`, in the thread that runs it"
+    def __init__(self, module, device_type:str, dtype:torch.dtype):
+        self.module, self.device_type, self.dtype = module, device_type, dtype
+    def __call__(self, *args, **kwargs):
+        with torch.autocast(self.device_type, dtype=self.dtype): return self.module(*args, **kwargs)
+
 class ParallelModule(nn.DataParallel):
-    """`torch.nn.DataParallel` (same arguments) whose `reset()` is the wrapped module's: `learn.model.reset()` works
-    while wrapped. Raises what `DataParallel` raises."""
+    """`torch.nn.DataParallel` (same arguments) whose `reset()` is the wrapped module's, so `learn.model.reset()`
+    works while wrapped, and whose replicas compute under the caller's autocast dtype (`parallel_apply`). Raises what
+    `DataParallel` raises."""
     @property
     def reset(self):
         "The wrapped module's `reset` (an RNN clears its hidden state with it); AttributeError when it has none"
         return self.module.reset
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        """torch's `parallel_apply`, each replica under this thread's autocast dtype: torch's worker threads pass on
+        only whether autocast is enabled, and autocast's dtype is per thread, so under `MixedPrecision('bf16')` the
+        replicas would compute in float16 (the default), with no loss scaler"""
+        dt = self.src_device_obj.type
+        if torch.is_autocast_enabled(dt): replicas = [_Autocast(r, dt, torch.get_autocast_dtype(dt)) for r in replicas]
+        return parallel_apply(replicas, inputs, kwargs, self.device_ids[:len(replicas)])
 
 # %% ../../nbs/31_strategies.dp.ipynb #d2127521
 class ParallelTrainer(Callback):
@@ -32,9 +51,12 @@ class ParallelTrainer(Callback):
     order = 11
     def __init__(self, device_ids:list|None=None): self.device_ids, self.model = device_ids, None
     def wrap(self):
-        "Replace `learn.model` by its DataParallel wrapper"
+        """Replace `learn.model` by its DataParallel wrapper; the model, with its optimizer's state, moves to the first
+        of its devices (`device_ids[0]`), where DataParallel needs it"""
         self.model = self.learn.model
-        self.learn.model = ParallelModule(self.model, device_ids=self.device_ids)
+        dp = ParallelModule(self.model, device_ids=self.device_ids)
+        if dp.device_ids: move_model(self.model, self.learn.opt, dp.src_device_obj)  # none without a GPU: as it is
+        self.learn.model = dp
     def unwrap(self):
         "Put the original model back in `learn.model`"
         if self.model is not None: self.learn.model, self.model = self.model, None

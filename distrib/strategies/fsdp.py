@@ -8,7 +8,8 @@ import sys, copy, itertools, warnings
 import torch
 import torch.distributed as dist
 from torch import nn
-from ..model import model_device
+from ..runtime.collectives import comm_device
+from ..model import model_device, move_model
 from ..state import set_full_model_state, set_full_opt_state, sharding_types
 from ..callback.fp16 import MixedPrecision
 from .ddp import DistributedTrainer
@@ -125,15 +126,6 @@ def _one_device(model:nn.Module)->torch.device|None:
     ds = {t.device for t in itertools.chain(model.parameters(), model.buffers())}
     return ds.pop() if len(ds) == 1 else None
 
-def _move_state(model:nn.Module, opt:torch.optim.Optimizer|None, device:torch.device):
-    """Move `model` in place (`Module.to`: the same parameter objects) and the state of `opt`, which updates them, to
-    `device`; a 0-d state (a step count) stays where it is, as torch's optimizers keep it"""
-    model.to(device)
-    if opt is None: return
-    for s in opt.state.values():
-        for k, v in s.items():
-            if torch.is_tensor(v) and v.dim(): s[k] = v.to(device)
-
 def _whole(t, device=None):
     "`t` whole: a `DTensor` gathered (a collective), moved to `device` unless 0-d (a step count stays where it is)"
     if _is_dtensor(t): t = t.full_tensor()
@@ -199,7 +191,7 @@ class FSDPTrainer(DistributedTrainer):
         # The Learner's model and optimizer state wait in CPU memory, not whole on the GPU beside the shards; the copy
         # is made there too, and `fully_shard` moves each block to `device` as it shards it
         self.parked = (model, home) if home is not None and home.type != 'cpu' else None
-        if self.parked: _move_state(model, learn.opt, torch.device('cpu'))
+        if self.parked: move_model(model, learn.opt, torch.device('cpu'))
         try:
             sharded = copy.deepcopy(model)
             self.units = shard_model(sharded, init_device_mesh(device.type, (dist.get_world_size(),)),
@@ -216,7 +208,7 @@ class FSDPTrainer(DistributedTrainer):
 
     def _unpark(self):
         "The Learner's model and its optimizer's state back on the device they were on before `_wrap_model`"
-        if self.parked: _move_state(self.parked[0], self.plain_opt, self.parked[1])
+        if self.parked: move_model(self.parked[0], self.plain_opt, self.parked[1])
         self.parked = None
 
     def wrap(self):
@@ -263,10 +255,10 @@ class FSDPTrainer(DistributedTrainer):
         """Validate the sharded model, whose forward gathers the shards: the ranks agree now on the number of
         forwards (the most batches of a rank); a rank without batches gets one of rank 0's. Outside `fit`
         (`validate`, `get_preds`), first check that every rank evaluates the same loader (`check_loader`)."""
-        if not self.in_fit: check_loader(self.learn.dl, self.wrapped)
+        if not self.in_fit: check_loader(self.learn.dl)
         self.n_forward, self.xb, self.spare = 0, None, None
         n = len(self.learn.dl)
-        most = torch.tensor([n, -n], device=model_device(self.wrapped))
+        most = torch.tensor([n, -n], device=comm_device())  # the CPU under distrib's default backend: no GPU sync
         dist.all_reduce(most, op=dist.ReduceOp.MAX)
         self.most, fewest = most[0].item(), -most[1].item()
         if fewest == 0 < self.most:

@@ -11,9 +11,10 @@ from torch import nn
 from torch.utils.data import RandomSampler
 from ..runtime.world import pg_initialized
 from ..runtime.position import doing
+from ..runtime.collectives import comm_device
 from ..data import DistributedDL
 from ..learner import Learner
-from ..model import model_device, unwrap_model
+from ..model import unwrap_model
 
 # %% auto #0
 __all__ = ['preflight_check', 'check_models', 'check_loader']
@@ -83,11 +84,12 @@ def _disagreements(per_rank:list)->str|None:
              for k in per_rank[0] if any(f[k] != per_rank[0][k] for f in per_rank)]
     return '\n'.join(lines) or None
 
-def _agree(fields:dict, device:torch.device, what:str, hint:str):
+def _agree(fields:dict, what:str, hint:str):
     """One all-gather of `fields`' fingerprint; when the ranks' differ, the same `RuntimeError` on every rank,
-    listing each rank's values of the fields that differ (a second collective fetches them)"""
+    listing each rank's values of the fields that differ (a second collective fetches them). On `comm_device()`,
+    whatever the model's device: the CPU unless the group has NCCL alone (which has no CPU backend)"""
     ws = dist.get_world_size()
-    t = _fingerprint(fields).to(device)
+    t = _fingerprint(fields).to(comm_device())
     parts = [torch.empty_like(t) for _ in range(ws)]
     with doing('collective', 'the pre-flight check'):
         dist.all_gather(parts, t)
@@ -105,7 +107,7 @@ def preflight_check(learn:Learner):
     Every rank must call it (`DistributedTrainer.before_fit` does): one `all_gather` of a few int64 per rank."""
     if not pg_initialized() or dist.get_world_size() == 1: return
     fields, ws = _preflight_fields(learn), dist.get_world_size()
-    _agree(fields, model_device(learn.model), "what fit will run, so some would wait forever in a collective the "
+    _agree(fields, "what fit will run, so some would wait forever in a collective the "
            "others never start, or train and report different things", "Give every rank the same data, model, loss, "
            "optimizer settings, callbacks, metrics and epochs. A callback that runs no collective (a logger on rank "
            "0, say) may differ if its class sets local_only = True.")
@@ -127,16 +129,16 @@ def check_models(model:nn.Module):
               'parameter shapes': _runs([tuple(p.shape) for p in params]),
               'parameter dtypes': _runs([str(p.dtype).split('.')[-1] for p in params]),
               'buffer shapes and dtypes': _runs([(tuple(b.shape), str(b.dtype).split('.')[-1]) for b in bufs])}
-    _agree(fields, model_device(model), "the model, so DistributedDataParallel cannot keep one copy of it (a "
+    _agree(fields, "the model, so DistributedDataParallel cannot keep one copy of it (a "
            "different dtype makes its first broadcast abort the process)", "Build the same model on every rank, "
            "with the same dtype (call .half(), .double() or .to(dtype) on every rank or none).")
 
-def check_loader(dl, model:nn.Module):
+def check_loader(dl):
     """Raise the same `RuntimeError` on every rank when the ranks' loader `dl`, about to be evaluated by
     `validate` or `get_preds`, differs in its dataset length, batch size, shuffle, seed, drop_last or padding; a
-    no-op without a process group. `model` gives the device of the all-gather. Every rank must call it."""
+    no-op without a process group. Every rank must call it: one `all_gather` of a few int64 per rank."""
     if not pg_initialized() or dist.get_world_size() == 1: return
     fields = {'dataset length': _length(dl.dataset), 'batch size': getattr(dl, 'batch_size', None),
               '(shuffle, seed, drop_last, pad)': _loader_order(dl)}
-    _agree(fields, model_device(model), "the loader to evaluate, so the results would mix different data sets",
+    _agree(fields, "the loader to evaluate, so the results would mix different data sets",
            "Give validate() and get_preds() the same data on every rank.")
