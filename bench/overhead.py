@@ -2,8 +2,8 @@
 
     python bench/overhead.py            # from the repository root: a table, then one JSON line (about 2 minutes)
     python bench/overhead.py --reps 15 --sections ddp,single   # a subset, more repetitions
-    python bench/overhead.py --device cuda   # on a GPU: ddp1 (one NCCL rank), ddp2 (two processes sharing GPU 0
-                                             # over gloo, or one GPU each over NCCL when there are two), single
+    python bench/overhead.py --device cuda   # on a GPU: ddp2 (two processes sharing GPU 0 over gloo, or one GPU
+                                             # each over NCCL when there are two), single
 
 On a shared machine the speed drifts by 10-30 % over seconds, far more than the few percent to be measured; so A
 and B are measured side by side. ddp, single: the two loops run in lockstep in the same process(es), taking turns
@@ -35,7 +35,8 @@ On the Learner side the progress bar is drawn (to a sink that says it is a termi
 With `--device cuda` the model, the batches and the all-reduced sums are on the GPU (`cuda:<local rank>`, or
 GPU 0 for every rank when there are fewer GPUs than ranks, over gloo then, since NCCL takes one GPU per rank); each
 switch of turns synchronizes the GPU, so that neither side is timed for the other's queued kernels; the sections
-are ddp1 (W=1, NCCL), ddp2 (W=2) and single; dispatch and data measure the CPU and are not run.
+are ddp2 (W=2) and single (one process: distrib_ctx in a world of one trains without DDP); dispatch and data
+measure the CPU and are not run.
 
 The machine should be otherwise idle: check `uptime` (the load is printed in the table's title).
 """
@@ -367,7 +368,7 @@ def main():
     p.add_argument('--every', type=int, default=1, help='ddp, single: batches per turn of each side')
     p.add_argument('--runs', type=int, default=3, help='dispatch, data: timed runs per repetition (median taken)')
     p.add_argument('--sections', default=None,
-                   help='comma-separated subset to run (default: ddp,single,dispatch,data; with cuda: ddp1,ddp2,single)')
+                   help='comma-separated subset to run (default: ddp,single,dispatch,data; with cuda: ddp2,single)')
     p.add_argument('--device', default='cpu', choices=['cpu', 'cuda'], help='where the ddp and single sections train')
     p.add_argument('--worker', help=argparse.SUPPRESS)
     p.add_argument('--nw', type=int, default=0, help=argparse.SUPPRESS)
@@ -383,7 +384,9 @@ def main():
     if a.reps < 3: p.error('--reps must be >= 3')
     if a.every < 1 or a.runs < 1: p.error('--every and --runs must be >= 1')
     cuda = a.device == 'cuda'
-    sections = (a.sections or ('ddp1,ddp2,single' if cuda else 'ddp,single,dispatch,data')).split(',')
+    sections = (a.sections or ('ddp2,single' if cuda else 'ddp,single,dispatch,data')).split(',')
+    if 'ddp1' in sections: p.error('ddp1: one process has no process group, and distrib_ctx trains it without DDP: '
+                                   'the single section measures it')
     if cuda and set(sections) & {'dispatch', 'data'}: p.error('dispatch and data measure the CPU: run them without --device cuda')
     load0, t0 = os.getloadavg()[0], time.time()
     figs = {}
@@ -391,15 +394,13 @@ def main():
         def job(*args): return _job([*args, '--reps', str(a.reps), '--runs', str(a.runs), '--every', str(a.every),
                                      '--device', a.device], str(Path(tmp)/'out.json'))
         if 'ddp' in sections: figs['ddp'] = bench_ddp(a.reps, a.every, tmp)
-        for n in (1, 2):
-            if f'ddp{n}' in sections: figs[f'ddp{n}'] = bench_ddp(a.reps, a.every, tmp, n, a.device)
+        if 'ddp2' in sections: figs['ddp2'] = bench_ddp(a.reps, a.every, tmp, 2, a.device)
         if 'single' in sections: figs['single'] = job('--worker', 'single')
         if 'dispatch' in sections: figs['dispatch'] = job('--worker', 'dispatch')
         if 'data' in sections:
             for nw in (0, 2): figs[f'data_nw{nw}'] = job('--worker', 'data', '--nw', str(nw))
     summary, ok = {}, True
     names = dict(ddp=('DDP W=2, steps/s', 'raw DDP loop', 'Learner+distrib_ctx'),
-                 ddp1=('GPU, DDP W=1, steps/s', 'raw DDP loop', 'Learner+distrib_ctx'),
                  ddp2=('GPU, DDP W=2, steps/s', 'raw DDP loop', 'Learner+distrib_ctx'),
                  single=('1 process, steps/s', 'plain loop', 'Learner.fit'),
                  data_nw0=('data nw=0, batches/s', 'DataLoader+DistributedSampler', 'DistributedDL'),
@@ -428,7 +429,7 @@ def main():
         summary[k] = dict(a=ma, b=mb, a_reps=ra, b_reps=rb, met=good,
                           **({'overhead_us': val, 'overhead_of_medians_us': of_medians} if k == 'dispatch'
                              else {'ratio': val, 'ratio_of_medians': of_medians}))
-    for k in ('ddp', 'ddp1', 'ddp2', 'single'):
+    for k in ('ddp', 'ddp2', 'single'):
         if k in figs:
             ra, rb, diff = figs[k]['results']['a'], figs[k]['results']['b'], figs[k]['max_result_diff']
             same = diff < 1e-4  # over every pair

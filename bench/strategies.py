@@ -164,4 +164,7 @@ if __name__ == '__main__':
         if args.ranks > n: p.error(f"--ranks {args.ranks} with --device cuda needs {args.ranks} GPUs (NCCL: one per rank); "
                                    f"{n} visible")
     if args.ranks is None: args.ranks = 2
+    if args.ranks < 2 and not args.worker:
+        p.error(f"--ranks {args.ranks}: one process trains without DDP or FSDP (distrib_ctx in a world of one), so the "
+                "configurations would not differ; the strategies need 2 ranks (with --device cuda, 2 GPUs)")
     worker(args) if args.worker else main(args)

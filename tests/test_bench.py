@@ -52,3 +52,11 @@ def test_cuda_refused_without_a_gpu(script):
     assert r.returncode == 2 and r.stdout == '', (r.returncode, r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f'bench/{script}: --device cuda needs a CUDA GPU'), r.stderr
+
+@pytest.mark.parametrize('script, args, says', [('overhead.py', ['--sections', 'ddp1'], 'ddp1: one process has no'),
+                                                ('strategies.py', ['--ranks', '1'], '--ranks 1: one process trains')])
+def test_one_process_sections_refused(script, args, says):
+    "A world of one trains without DDP (distrib_ctx): the benchmarks refuse to measure DDP on one rank, in one line"
+    r = subprocess.run([sys.executable, str(ROOT/'bench'/script), *args], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    assert r.returncode == 2 and r.stdout == '' and says in r.stderr, (r.returncode, r.stdout, r.stderr)

@@ -1,28 +1,42 @@
 """GPU checks, several per job (GPU time is scarce): `python -m distrib.launch --nproc_per_node W gpu.py MODE OUT`
 prints 'CHECK <name> OK' (rank 0) for every check that passed; a failed check raises, naming it.
 
+The device is a parameter: `DISTRIB_TEST_DEVICE=cuda` (default) runs on the GPUs; `DISTRIB_TEST_DEVICE=cpu` runs,
+on CPU over gloo, every check that does not need CUDA itself (the orders, references and tolerances of the suite are
+then proven before a GPU is lent); the checks that need CUDA are skipped, and tests/test_gpu.py knows which
+(`ONE_CUDA`, `TWO_CUDA`, `cuda_only`).
+
 MODE:
-- `one`: one process (W=1), one GPU: NCCL group of one, MixedPrecision float16/bf16, Checkpoint on CUDA, a GPU
-  checkpoint loaded on CPU and back, parallel_ctx, FSDP on one rank (the Learner's model off the GPU meanwhile),
-  compile, lr_find.
+- `one`: one process (W=1): a world of one trains on the device (no group); MixedPrecision float16/bf16; Checkpoint
+  resumed bit for bit; lr_find; on a GPU also a GPU checkpoint loaded on CPU and back, parallel_ctx from a CPU model,
+  FSDP on one rank (the Learner's model off the GPU meanwhile).
+- `two`: W=2 processes with the default backend ('cpu:gloo,cuda:nccl' on GPUs, one each, `device='cuda'`; gloo on
+  CPU): torch's timeouts (NCCL's with distrib's grace); equal to one process with the global batch (and with compile=True); each comm hook against its own reference;
+  SyncBatchNorm against the global batch's statistics; MixedPrecision under DDP; a Checkpoint resumed under DDP;
+  get_preds and AccumMetric; FSDP, with cpu_offload and MixedPrecision on GPUs; DataParallel (rank 0, two GPUs).
 - `share`: W=2 processes sharing GPU 0 over gloo: equal to one process with the global batch.
-- `nccl`: W=2 processes, one GPU each, NCCL: equal to one process; sync_bn; DataParallel over two GPUs; DDP's
-  fp16/bf16/PowerSGD hooks.
+- `nccl`: W=2, backend='nccl' given explicitly (no CPU backend): collectives, FSDP's pre-flight, equal to one process.
 - `place`: one process started with `--gpus 0` sees GPU 0 alone and trains there.
 - `fail`: rank W-1 raises in `before_batch` (the launcher must name it); NCCL when there is a GPU per rank.
 """
-import os, sys, tempfile
+import copy, datetime, os, sys, tempfile
 from pathlib import Path
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
-from distrib import (Learner, DataLoaders, Callback, Checkpoint, MixedPrecision, set_seed, setup_distrib,
-                     ParamScheduler, SchedLin,
-                     all_reduce_sum, gather_object, broadcast_object, rank_distrib, num_distrib, current_world,
-                     unwrap_model, shard_model)
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from distrib import (Learner, DataLoaders, Callback, Checkpoint, MixedPrecision, DistributedDL, AccumMetric,
+                     set_seed, setup_distrib, ParamScheduler, SchedLin, all_reduce_sum, gather_object, broadcast_object,
+                     rank_distrib, num_distrib, current_world, unwrap_model, shard_model)
+from distrib.runtime.group import group_backend, distrib_timeout, nccl_grace
 
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')  # before cuBLAS starts: deterministic checks
+DEV = os.environ.get('DISTRIB_TEST_DEVICE', 'cuda')
+assert DEV in ('cuda', 'cpu'), f"DISTRIB_TEST_DEVICE={DEV!r}: 'cuda' or 'cpu'"
+CUDA = DEV == 'cuda'
+if not CUDA: torch.set_num_threads(1)
 mode, out = sys.argv[1], Path(sys.argv[2])
 out.mkdir(parents=True, exist_ok=True)
 W, rank = num_distrib(), rank_distrib()
@@ -39,16 +53,23 @@ def data(n=N, seed=0):
 def make_dls(bs=BS):
     return DataLoaders(DataLoader(data(), batch_size=bs, shuffle=True), DataLoader(data(32, 1), batch_size=bs))
 
+class Seq(nn.Sequential):
+    "The model; `seen` collects the dtypes its first layer computed in (replicas of DataParallel share the set)"
+    def forward(self, x):
+        h = self[0](x)
+        self.seen.add(h.dtype)
+        for m in list(self)[1:]: h = m(h)
+        return h.squeeze(-1)
+
 def make_model(bn=False, dropout=0.):
     torch.manual_seed(0)
     layers = [nn.Linear(8, 16)] + ([nn.BatchNorm1d(16)] if bn else [])
-    return Seq(*layers, nn.ReLU(), nn.Dropout(dropout), nn.Linear(16, 1))
+    m = Seq(*layers, nn.ReLU(), nn.Dropout(dropout), nn.Linear(16, 1))
+    m.seen = set()
+    return m
 
-class Seq(nn.Sequential):
-    def forward(self, x): return super().forward(x).squeeze(-1)
-
-def learner(model=None, bs=BS, **kw):
-    learn = Learner(make_dls(bs), model if model is not None else make_model(), F.mse_loss, lr=1e-2, **kw)
+def learner(model=None, bs=BS, dls=None, **kw):
+    learn = Learner(dls or make_dls(bs), model if model is not None else make_model(), F.mse_loss, lr=1e-2, **kw)
     learn.logger = lambda *a: None
     learn.progress.enabled = False
     return learn
@@ -62,76 +83,103 @@ def close(a, b, tol, name):
     d = (a - b).abs().max().item()
     assert d <= tol, f'{name}: max difference {d} > {tol}'
 
-def reference(bs=BS, n_epoch=2, device='cuda:0', **kw):
-    "The same fit in one plain process (no group, no context) on `device`"
-    learn = learner(make_model(**kw).to(device), bs=bs, independent=True)   # alone, also in a world of several
-    learn.fit(n_epoch)
+class SetEpoch(Callback):
+    "The one-process reference sets its DistributedDL's epoch itself (DistributedTrainer does under distrib_ctx)"
+    def before_epoch(self):
+        for dl in self.learn.dls.loaders:
+            if isinstance(dl, DistributedDL): dl.set_epoch(self.learn.epoch)
+
+def reference_dls(bs=BS):
+    """The loaders of the one-process reference: the training order distrib_ctx gives W ranks (an epoch-seeded
+    `DistributedDL`, seed 0), read whole by one process with the global batch (nbs/35_exactness.ipynb)"""
+    dls = make_dls(bs)
+    return DataLoaders(DistributedDL.from_dl(dls.train, rank=0, world_size=1), dls.valid)
+
+def reference(bs=BS, n_epoch=2, device=DEV, model_kw={}, cbs=(), **kw):
+    "The same fit in one plain process (no group, no context) on `device`, in distrib_ctx's data order"
+    learn = learner(make_model(**model_kw).to(device), bs=bs, dls=reference_dls(bs), independent=True, **kw)
+    learn.fit(n_epoch, cbs=[SetEpoch(), *cbs])
     return weights(learn), learn.recorder.values
 
-if mode == 'one':
-    assert W == 1
-    torch.cuda.set_device(0)
-    # a one-rank NCCL group: collectives on CUDA tensors, and a fit that equals one plain process
-    setup_distrib(backend='nccl', timeout=60)
-    assert torch.distributed.get_backend() == 'nccl'
-    t = all_reduce_sum(torch.ones(3, device='cuda'))
-    assert t.device.type == 'cuda' and t.tolist() == [1., 1., 1.]
-    assert gather_object({'r': rank}) == [{'r': 0}] and broadcast_object(5) == 5
-    ref_w, ref_v = reference()
-    learn = learner(make_model().cuda())
-    with learn.distrib_ctx(): learn.fit(2)
-    close(weights(learn), ref_w, 1e-6, 'nccl one rank')
-    assert learn.recorder.values == ref_v
-    ok('nccl_one_rank')
+def run_modes():
+    if mode == 'one': one()
+    elif mode in ('two', 'share', 'nccl'): several()
+    elif mode == 'place': place()
+    elif mode == 'fail': fail()
+    else: raise SystemExit(f'unknown mode {mode}')
 
-    # float16: a scaler that starts too high skips its first steps; the schedule still moves once per step
-    class Skips(Callback):
-        order = 20
-        def before_fit(self): self.taken = 0
-        def after_step(self): self.taken += 1
-        def after_cancel_step(self): self.taken -= 1
-    learn = learner(make_model().cuda(), cbs=[MixedPrecision('fp16', init_scale=2.**40), Skips()])
-    learn.fit(1, cbs=ParamScheduler({'lr': SchedLin(0.05, 0.)}))
-    n = len(learn.dls.train)
-    mp, lrs = learn.mixed_precision, learn.recorder.hps['lr']
-    assert mp.autocast_dtype == torch.float16 and mp.scaler is not None
-    assert learn.skips.taken < n, 'no step was skipped: raise init_scale'
-    close(torch.tensor(lrs), torch.tensor([0.05*(1 - k/n) for k in range(n)]), 1e-12, 'schedule over skipped steps')
-    ok('fp16_skipped_step_counted')
-    with tempfile.TemporaryDirectory() as d:
-        a = learner(make_model().cuda(), cbs=[MixedPrecision(), Checkpoint(d, every_n_steps=2)]); a.fit(1)
+# ---------------------------------------------------------------------------------------------------------------
+def one():
+    assert W == 1
+    # a world of one: no group; distrib_ctx moves a CPU model to this rank's GPU (cuda:0) and trains it there, equal to
+    # one plain process; the collectives answer for one
+    ref_w, ref_v = reference()
+    learn = learner(make_model())
+    with learn.distrib_ctx(): learn.fit(2)
+    assert not dist.is_initialized(), 'a world of one created a process group'
+    assert next(learn.model.parameters()).device.type == DEV, next(learn.model.parameters()).device
+    assert all_reduce_sum(torch.ones(3)).tolist() == [1.]*3 and gather_object(1) == [1] and broadcast_object(5) == 5
+    ok('world_of_one')
+    learn = learner(make_model(), dls=reference_dls())
+    with learn.distrib_ctx(): learn.fit(2, cbs=SetEpoch())
+    close(weights(learn), ref_w, 1e-6, 'world of one against one plain process')
+    assert learn.recorder.values == ref_v
+    ok('world_of_one_equals_plain')
+
+    if CUDA:   # float16 on a GPU: a scaler that starts too high skips its first steps; the schedule moves once a step
+        class Skips(Callback):
+            order = 20
+            def before_fit(self): self.taken = 0
+            def after_step(self): self.taken += 1
+            def after_cancel_step(self): self.taken -= 1
+        learn = learner(make_model().cuda(), cbs=[MixedPrecision('fp16', init_scale=2.**40), Skips()])
+        learn.fit(1, cbs=ParamScheduler({'lr': SchedLin(0.05, 0.)}))
+        n = len(learn.dls.train)
+        mp, lrs = learn.mixed_precision, learn.recorder.hps['lr']
+        assert mp.autocast_dtype == torch.float16 and mp.scaler is not None
+        assert learn.skips.taken < n, 'no step was skipped: raise init_scale'
+        close(torch.tensor(lrs), torch.tensor([0.05*(1 - k/n) for k in range(n)]), 1e-12, 'schedule over skipped steps')
+        ok('fp16_skipped_step_counted')
+    with tempfile.TemporaryDirectory() as d:   # the loss scale resumes (a GradScaler on CPU too)
+        a = learner(make_model().to(DEV), cbs=[MixedPrecision('fp16'), Checkpoint(d, every_n_steps=2)]); a.fit(1)
         scale = a.mixed_precision.scaler.get_scale()
-        b = learner(make_model().cuda(), cbs=[MixedPrecision(), Checkpoint(d, every_n_steps=2)])
+        b = learner(make_model().to(DEV), cbs=[MixedPrecision('fp16'), Checkpoint(d, every_n_steps=2)])
         b.fit(1)   # resumes from the end of epoch 0: nothing left to train, the state is loaded
         assert b.mixed_precision.scaler.get_scale() == scale, (b.mixed_precision.scaler.get_scale(), scale)
     ok('fp16_scale_resumes')
-    learn = learner(make_model().cuda(), cbs=MixedPrecision('bf16'))
+    learn = learner(make_model().to(DEV), cbs=MixedPrecision('bf16'))
     learn.fit(1)
     assert learn.mixed_precision.autocast_dtype == torch.bfloat16 and learn.mixed_precision.scaler is None
-    assert all(p.dtype == torch.float32 for p in learn.model.parameters())
+    assert all(p.dtype == torch.float32 for p in learn.model.parameters()) and torch.bfloat16 in learn.model.seen
     ok('bf16')
 
-    # Checkpoint: killed mid-fit (CancelFitException at a batch), resumed: bit for bit, CUDA dropout included
-    with tempfile.TemporaryDirectory() as d:   # the same loader (Checkpoint's) and random streams as below
+    # Checkpoint: stopped mid-fit, resumed: bit for bit, dropout included (on a GPU the file's random states are read
+    # onto the CPU: item 1)
+    with tempfile.TemporaryDirectory() as d:
         set_seed(0, reproducible=True)
-        full = learner(make_model(dropout=0.3).cuda(), cbs=Checkpoint(d, every_n_steps=100)); full.fit(2)
+        full = learner(make_model(dropout=0.3).to(DEV), cbs=Checkpoint(d, every_n_steps=100)); full.fit(2)
     class Stop(Callback):
         def after_batch(self):
             if self.learn.epoch == 1 and self.learn.iter == 2: raise SystemExit('stop')
     with tempfile.TemporaryDirectory() as d:
         set_seed(0, reproducible=True)
-        part = learner(make_model(dropout=0.3).cuda(), cbs=[Checkpoint(d, every_n_steps=1), Stop()])
+        part = learner(make_model(dropout=0.3).to(DEV), cbs=[Checkpoint(d, every_n_steps=1), Stop()])
         try: part.fit(2)
         except SystemExit: pass
         set_seed(123, reproducible=True)   # other random states: the checkpoint's must win
-        rest = learner(make_model(dropout=0.3).cuda(), cbs=Checkpoint(d, every_n_steps=1)); rest.fit(2)
+        rest = learner(make_model(dropout=0.3).to(DEV), cbs=Checkpoint(d, every_n_steps=1)); rest.fit(2)
     assert torch.equal(weights(rest), weights(full)), (weights(rest) - weights(full)).abs().max()
     assert rest.recorder.values == full.recorder.values
-    ok('checkpoint_cuda_exact')
+    ok('checkpoint_exact')
     torch.use_deterministic_algorithms(False)
 
-    # a checkpoint saved on GPU loads on CPU, and back
-    with tempfile.TemporaryDirectory() as d:
+    learn = learner(make_model(), cbs=ParamScheduler({'lr': SchedLin(1e-3, 1e-2)}))
+    s = learn.lr_find(num_it=30, show_plot=False)
+    assert 1e-7 < s.valley < 10
+    ok('lr_find')
+    if not CUDA: return
+
+    with tempfile.TemporaryDirectory() as d:   # a checkpoint saved on GPU loads on CPU, and back
         g = learner(make_model().cuda(), path=d); g.fit(1); g.save('m')
         c = learner(make_model(), path=d); c.load('m')
         assert next(c.model.parameters()).device.type == 'cpu'
@@ -142,28 +190,28 @@ if mode == 'one':
         close(weights(g2), weights(c), 0, 'cpu -> gpu')
     ok('checkpoint_gpu_cpu_gpu')
 
-    learn = learner(make_model().cuda())
-    with learn.parallel_ctx(): learn.fit(2)
+    learn = learner(make_model(), dls=reference_dls())   # a CPU model: parallel_ctx moves it to device_ids[0]
+    with learn.parallel_ctx(): learn.fit(2, cbs=SetEpoch())
     close(weights(learn), ref_w, 1e-5, 'parallel_ctx on one GPU')
-    assert isinstance(learn.model, nn.Module) and not isinstance(learn.model, nn.DataParallel)
+    assert next(learn.model.parameters()).device == torch.device('cuda', 0)
     ok('parallel_ctx_one_gpu')
 
-    # FSDP2 on one rank (distrib_ctx does nothing in a world of one: shard the model on the one-rank NCCL mesh)
+    # FSDP2 on one rank: distrib_ctx does not wrap in a world of one, so shard the model on a one-rank mesh
+    # (init_device_mesh creates the one-rank group from torchrun's variables); last: the group stays
     from torch.distributed.device_mesh import init_device_mesh
     m = make_model().cuda()
     shard_model(m, init_device_mesh('cuda', (1,)), shard_classes=(nn.Linear,))
-    learn = learner(m); learn.fit(2)
+    learn = learner(m, dls=reference_dls()); learn.fit(2, cbs=SetEpoch())
     assert any(hasattr(p, 'full_tensor') for p in m.parameters()), 'not sharded'
     close(weights(learn), ref_w, 1e-5, 'fsdp one rank')
     ok('fsdp_one_rank')
 
-    # FSDPTrainer (on the one-rank NCCL group): the Learner's model, on the GPU, waits in CPU memory with its Adam state
-    # while the shards train, so the GPU never holds it whole beside them; after, it is back on the GPU, trained
+    # FSDPTrainer (one-rank group): the Learner's model waits in CPU memory with its Adam state while the shards train
     def wide():
         torch.manual_seed(0)
         return Seq(nn.Linear(8, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1)).cuda()
-    plain = learner(wide()); plain.fit(2)
-    m = wide(); learn = learner(m); learn.fit(1)
+    plain = learner(wide()); plain.model.seen = set(); plain.fit(2)
+    m = wide(); m.seen = set(); learn = learner(m); learn.fit(1)
     P = sum(p.nbytes for p in m.parameters())
     before = torch.cuda.memory_allocated()   # the model, its Adam state (2 x P), maybe its gradients
     class During(Callback):
@@ -173,7 +221,6 @@ if mode == 'one':
     try: learn.fit(1, cbs=(d := During()))
     finally: learn.detach_distributed()
     assert d.home.type == 'cpu', f"the Learner's model stayed on {d.home} during fit"
-    # shards + gradients + Adam state = 4 x P here; with the whole model and its state on the GPU too, 7 x P or more
     mib = lambda b: f'{b/2**20:.1f} MiB'
     assert d.peak < before + 2*P, f'peak {mib(d.peak)} during fit, {mib(before)} before, P={mib(P)}'
     assert next(m.parameters()).device.type == 'cuda' and learn.model is m
@@ -181,51 +228,202 @@ if mode == 'one':
     close(weights(learn), weights(plain), 1e-5, 'fsdp trainer, model parked on CPU')
     ok('fsdp_model_off_gpu')
 
-    learn = learner(make_model().cuda())
-    s = learn.lr_find(num_it=30, show_plot=False)
-    assert 1e-7 < s.valley < 10 and next(learn.model.parameters()).device.type == 'cuda'
-    ok('lr_find')
+# ---------------------------------------------------------------------------------------------------------------
+class Grads(Callback):
+    """At the `at`-th backward of the fit: the gradients DDP left (all-reduced through the comm hook) and the mean of
+    the ranks' own gradients at the same weights and batches (each rank's recomputed with a plain copy of the model),
+    both on CPU, by parameter name"""
+    order = 12  # after DistributedTrainer
+    def __init__(self, at=0): self.at, self.n, self.got, self.mean = at, 0, None, None
+    def after_backward(self):
+        self.n += 1
+        if self.n - 1 != self.at: return
+        inner = unwrap_model(self.learn.model)
+        self.got = {k: p.grad.detach().float().cpu().clone() for k, p in inner.named_parameters()}
+        plain = copy.deepcopy(inner)
+        plain.zero_grad(set_to_none=True)
+        F.mse_loss(plain(*self.learn.xb), *self.learn.yb).backward()
+        mine = {k: p.grad.detach().float().cpu() for k, p in plain.named_parameters()}
+        every = gather_object(mine)
+        self.mean = {k: sum(g[k] for g in every) / len(every) for k in mine}
 
-elif mode in ('share', 'nccl'):
-    n_gpu = torch.cuda.device_count()
-    local = current_world().local_rank
-    device = torch.device('cuda', 0 if mode == 'share' else local)
-    torch.cuda.set_device(device)
-    setup_distrib(backend='gloo' if mode == 'share' else 'nccl', timeout=60)
-    ref_w, ref_v = reference(device=device)   # one process with the global batch, on this rank's GPU
+def bf16_like(state, bucket):
+    "torch's bf16_compress_hook's arithmetic, for gloo (DDP refuses torch's own without NCCL): the check's reference on CPU"
+    buf = bucket.buffer()
+    fut = dist.all_reduce(buf.to(torch.bfloat16).div_(W), async_op=True).get_future()
+    return fut.then(lambda f: buf.copy_(f.value()[0]))
+
+def hook_grads(device, hook=None, state=None, at=0, manual=None):
+    "`Grads` of a 1-epoch fit under comm hook `hook` (`manual`: a hook function registered on the DDP model directly)"
     learn = learner(make_model().to(device), bs=BS // W)
-    with learn.distrib_ctx(device=device): learn.fit(2)
+    g = Grads(at)
+    with learn.distrib_ctx(device=device, comm_hook=hook, comm_hook_state=state):
+        if manual is not None: learn.model.register_comm_hook(None, manual)
+        learn.fit(1, cbs=g)
+    return g
+
+def check_rounded(g:Grads, dtype, name:str):
+    """Every gradient is the mean of the ranks' gradients rounded to `dtype` (the hook divides by W and sums in
+    `dtype`): exactly representable in `dtype`, and within a few of its rounding steps of the true mean"""
+    eps = torch.finfo(dtype).eps
+    for k, got in g.got.items():
+        want = g.mean[k]
+        assert torch.equal(got.to(dtype).float(), got), f'{name}: {k} is not rounded to {dtype}'
+        tol = 4*eps*want.abs().max().item() + torch.finfo(dtype).tiny
+        close(got, want, tol, f'{name}: {k} against the mean of the ranks\' gradients')
+
+def several():
+    local = current_world().local_rank
+    backend = None if mode == 'two' else 'gloo' if mode == 'share' else 'nccl'
+    if CUDA: device = torch.device('cuda', 0 if mode == 'share' else local)
+    else: device = torch.device('cpu')
+    setup_distrib(device=device if mode != 'two' else None, backend=backend, timeout=120)
+    if mode == 'two':   # the default backend, and device='cuda' left to distrib (item 4)
+        assert (group_backend('cpu'), group_backend('cuda')) == (('gloo', 'nccl') if CUDA else ('gloo', 'gloo'))
+        ctx_device = 'cuda' if CUDA else None
+        if CUDA: assert torch.cuda.current_device() == local
+        ok('default_backend')
+    else: ctx_device = device
+    if mode != 'share':   # torch's timeouts: gloo's the group's, NCCL's with a grace, in distrib_timeout too (item 7)
+        def timeouts():
+            pg = dist.group.WORLD
+            return {t: pg._get_backend(torch.device(t)).options._timeout.total_seconds() for t in ('cpu', 'cuda')
+                    if group_backend(t)}
+        s = lambda t: datetime.timedelta(seconds=t)
+        want = lambda t: {d: t + (nccl_grace(s(t)).total_seconds() if group_backend(d) == 'nccl' else 0)
+                          for d in ('cpu', 'cuda') if group_backend(d)}
+        assert timeouts() == want(120), (timeouts(), want(120))
+        with distrib_timeout(30): assert timeouts() == want(30), (timeouts(), want(30))
+        assert timeouts() == want(120), (timeouts(), want(120))
+        if CUDA: assert timeouts()['cuda'] == 180
+        ok(f'{mode}_group_timeouts')
+    ref_w, ref_v = reference(device=device)   # one process with the global batch, on this rank's device
+    learn = learner(make_model().to(device), bs=BS // W)
+    with learn.distrib_ctx(device=ctx_device): learn.fit(2)
     close(weights(learn), ref_w, 1e-5, f'{mode}: W={W} against one process')
     for a, b in zip(learn.recorder.values, ref_v): close(torch.tensor(a), torch.tensor(b), 1e-5, f'{mode} values')
     ok(f'{mode}_equals_one_process')
-    learn = learner(make_model().to(device), bs=BS // W)
-    with learn.distrib_ctx(device=device, compile=True): learn.fit(2)
-    close(weights(learn), ref_w, 1e-4, f'{mode}: compile=True')
-    ok(f'{mode}_compile')
-    if mode == 'nccl':
-        for hook in ('fp16', 'bf16', 'powersgd'):
-            learn = learner(make_model().to(device), bs=BS // W)
-            with learn.distrib_ctx(device=device, comm_hook=hook): learn.fit(1)
-            ws = gather_object(weights(learn))
-            assert all(torch.equal(ws[0], w) for w in ws), f'{hook}: ranks differ'
-            assert torch.isfinite(ws[0]).all()
-            ok(f'comm_hook_{hook}')
-        learn = learner(make_model(bn=True).to(device), bs=BS // W)
-        with learn.distrib_ctx(device=device, sync_bn=True): learn.fit(1)
-        bn = unwrap_model(learn.model)[1]
-        assert type(bn) is nn.BatchNorm1d   # reverted on exit
-        stats = gather_object(torch.cat([bn.running_mean, bn.running_var]).cpu())
-        assert all(torch.allclose(stats[0], s) for s in stats), 'SyncBatchNorm: running statistics differ'
-        ok('sync_bn')
+    if mode == 'share' or mode == 'two' and (CUDA or os.environ.get('DISTRIB_TEST_COMPILE')):
+        learn = learner(make_model().to(device), bs=BS // W)
+        with learn.distrib_ctx(device=ctx_device, compile=True): learn.fit(2)
+        close(weights(learn), ref_w, 1e-4, f'{mode}: compile=True')
+        ok(f'{mode}_compile')
+    if mode == 'share': return
+    if mode == 'nccl':   # FSDP's pre-flight with NCCL alone (no CPU backend): item 5
+        learn = learner(make_model(), bs=BS // W)   # on the CPU: FSDPTrainer moves it
+        with learn.distrib_ctx(device=device, strategy='fsdp', shard_classes=nn.Linear): learn.fit(2)
+        close(weights(learn), ref_w, 1e-5, 'fsdp under backend nccl')
+        ok('nccl_fsdp')
+        return
+
+    # comm hooks, each against its own reference (item 11)
+    g = hook_grads(ctx_device)
+    for k in g.got: close(g.got[k], g.mean[k], 1e-6, f'no hook: {k}')
+    ok('comm_hook_none')
+    g = hook_grads(ctx_device, 'fp16')
+    check_rounded(g, torch.float16, 'fp16 hook')
+    ok('comm_hook_fp16')
+    if CUDA: g = hook_grads(ctx_device, 'bf16')
+    else:    # gloo: distrib refuses comm_hook='bf16' (torch's hook needs NCCL); the check's reference, with torch's hook
+        try: hook_grads(ctx_device, 'bf16'); raise AssertionError("comm_hook='bf16' not refused under gloo")
+        except TypeError: pass
+        g = hook_grads(ctx_device, manual=bf16_like)
+    check_rounded(g, torch.bfloat16, 'bf16 hook')
+    ok('comm_hook_bf16')
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2)
+    g = hook_grads(ctx_device, 'powersgd', state, at=2)   # the third backward: the first compressed one
+    sv, sv_ref = torch.linalg.svdvals(g.got['0.weight']), torch.linalg.svdvals(g.mean['0.weight'])
+    assert sv[1] <= 1e-4*sv[0], f'powersgd: the 16x8 weight gradient has rank > 1 (singular values {sv.tolist()})'
+    assert sv_ref[1] >= 1e-2*sv_ref[0], 'powersgd: the uncompressed gradient has rank 1 too: the check cannot fail'
+    close(g.got['0.bias'], g.mean['0.bias'], 1e-5, 'powersgd: a vector (uncompressed) is the mean')
+    ok('comm_hook_powersgd')
+
+    # SyncBatchNorm: rank 0's running statistics after the first batch, before after_train copies them to every
+    # rank, are the global batch's (item 11); without SyncBatchNorm (CPU) they are not: the check can fail
+    class Stats(Callback):
+        order = 60
+        def after_batch(self):
+            if self.learn.training and self.learn.iter == 0 and not hasattr(self, 'mean'):
+                self.mean = unwrap_model(self.learn.model)[1].running_mean.detach().cpu().clone()
+    ref = learner(make_model(bn=True).to(device), dls=reference_dls(), independent=True)
+    ref.fit(1, cbs=[SetEpoch(), rs := Stats()])
+    learn = learner(make_model(bn=True).to(device), bs=BS // W)
+    with learn.distrib_ctx(device=ctx_device, sync_bn=CUDA): learn.fit(1, cbs=(st := Stats()))
+    assert type(unwrap_model(learn.model)[1]) is nn.BatchNorm1d   # reverted on exit
+    d = (st.mean - rs.mean).abs().max().item()
+    if CUDA: assert d <= 1e-5, f'sync_bn: rank {rank} running mean differs from the global batch\'s by {d}'
+    else: assert d > 1e-3, f'without SyncBatchNorm the local statistics equal the global ones ({d}): the check cannot fail'
+    ok('sync_bn' if CUDA else 'sync_bn_reference')
+
+    # MixedPrecision under DDP: equal to one process under the same MixedPrecision
+    dtype = 'fp16' if CUDA else 'bf16'
+    mp_w, _ = reference(cbs=[MixedPrecision(dtype)], device=device)
+    learn = learner(make_model().to(device), bs=BS // W, cbs=MixedPrecision(dtype))
+    with learn.distrib_ctx(device=ctx_device): learn.fit(2)
+    assert learn.mixed_precision.device_type == DEV
+    close(weights(learn), mp_w, 1e-3, f'MixedPrecision({dtype!r}) under DDP')
+    ok('mixed_precision_ddp')
+
+    # Checkpoint under DDP: stopped at a batch, resumed: equal to the uninterrupted fit (item 12)
+    class Stop(Callback):
+        def after_batch(self):
+            if self.learn.epoch == 1 and self.learn.iter == 1: raise SystemExit('stop')
+    d = broadcast_object(tempfile.mkdtemp(dir=out) if rank == 0 else None)
+    learn = learner(make_model().to(device), bs=BS // W, cbs=[Checkpoint(d, every_n_steps=1), Stop()])
+    try:
+        with learn.distrib_ctx(device=ctx_device): learn.fit(2)
+    except SystemExit: pass
+    learn = learner(make_model().to(device), bs=BS // W, cbs=Checkpoint(d, every_n_steps=1))
+    with learn.distrib_ctx(device=ctx_device): learn.fit(2)
+    close(weights(learn), ref_w, 1e-5, 'checkpoint resumed under DDP')
+    ok('checkpoint_ddp')
+
+    # get_preds and AccumMetric: every sample once, in dataset order, as one process computes them
+    med = lambda p, t: (p - t).abs().median()
+    learn = learner(make_model().to(device), bs=BS // W, metrics=AccumMetric(med, flatten=False))
+    with learn.distrib_ctx(device=ctx_device):
+        learn.fit(1)
+        preds, targs = learn.get_preds()
+        vals = learn.validate()
+    m = unwrap_model(learn.model).eval()
+    x, y = data(32, 1).tensors
+    with torch.no_grad(): want = m(x.to(m[0].weight.device)).float().cpu()
+    assert torch.equal(targs.cpu(), y) and len(preds) == 32
+    close(preds.float().cpu(), want, 1e-5, 'get_preds')
+    close(torch.tensor(vals[1]), med(want, y), 1e-5, 'AccumMetric')
+    ok('get_preds_accum_metric')
+
+    # FSDP over the W ranks, equal to one process; on GPUs with cpu_offload and MixedPrecision too (item 5)
+    learn = learner(make_model(), bs=BS // W)
+    with learn.distrib_ctx(device=ctx_device, strategy='fsdp', shard_classes=nn.Linear): learn.fit(2)
+    close(weights(learn), ref_w, 1e-5, 'fsdp')
+    ok('fsdp')
+    if CUDA:
+        learn = learner(make_model(), bs=BS // W)
+        with learn.distrib_ctx(device=ctx_device, strategy='fsdp', shard_classes=nn.Linear, cpu_offload=True):
+            learn.fit(2)
+        close(weights(learn), ref_w, 1e-5, 'fsdp cpu_offload')
+        ok('fsdp_cpu_offload')
+        learn = learner(make_model(), bs=BS // W, cbs=MixedPrecision())
+        with learn.distrib_ctx(device=ctx_device, strategy='fsdp', shard_classes=nn.Linear, cpu_offload=True):
+            learn.fit(1)
+            mp = learn.mixed_precision
+            assert mp.device_type == 'cuda' and mp.autocast_dtype == torch.float16 and mp.scaler is not None, \
+                (mp.device_type, mp.autocast_dtype, mp.scaler)
+        ok('fsdp_offload_mixed_precision')
+
+        # DataParallel over two GPUs, from a CPU model, under MixedPrecision('bf16') (item 6)
         if rank == 0:
-            learn = learner(make_model().cuda(0), independent=True)
+            learn = learner(make_model(), dls=reference_dls(), independent=True, cbs=MixedPrecision('bf16'))
             with learn.parallel_ctx([0, 1]):
                 assert isinstance(learn.model, nn.DataParallel) and learn.model.device_ids == [0, 1]
-                learn.fit(2)
-            close(weights(learn), reference(device='cuda:0')[0], 1e-5, 'DataParallel over two GPUs')
+                learn.fit(2, cbs=SetEpoch())
+            assert unwrap_model(learn.model).seen == {torch.bfloat16}, unwrap_model(learn.model).seen
+            bf_w, _ = reference(cbs=[MixedPrecision('bf16')], device='cuda:0')
+            close(weights(learn), bf_w, 1e-2, 'DataParallel over two GPUs, bf16')
         ok('dataparallel_two_gpus')
 
-elif mode == 'place':   # under `--gpus 0`: this process sees GPU 0 alone, and trains there
+def place():   # under `--gpus 0`: this process sees GPU 0 alone, and trains there
     seen = os.environ.get('CUDA_VISIBLE_DEVICES')
     assert seen == '0' and torch.cuda.device_count() == 1, seen
     learn = learner(make_model())
@@ -233,7 +431,7 @@ elif mode == 'place':   # under `--gpus 0`: this process sees GPU 0 alone, and t
     assert next(learn.model.parameters()).device == torch.device('cuda', 0)
     ok('placed')
 
-elif mode == 'fail':
+def fail():
     n_gpu = torch.cuda.device_count()
     local = current_world().local_rank
     nccl = W <= n_gpu
@@ -245,3 +443,5 @@ elif mode == 'fail':
             if rank == W - 1 and self.learn.iter == 2: raise ValueError('bad batch on purpose')
     learn = learner(make_model().to(device), bs=BS // W, cbs=Bad())
     with learn.distrib_ctx(device=device): learn.fit(1)
+
+run_modes()
