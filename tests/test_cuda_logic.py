@@ -68,6 +68,19 @@ def test_world_of_one_moves_to_the_gpu(gpus, monkeypatch):
     with learn.distrib_ctx(): pass   # no CUDA: stays where it is
     assert moved == []
 
+def test_world_of_one_keeps_the_users_gpu(gpus, monkeypatch):
+    "A model the script put on cuda:1 stays there (made current); device='cuda' asks for this rank's GPU: moved"
+    calls, moved = gpus(2), []
+    monkeypatch.setattr(C, 'move_model', lambda m, opt, d: moved.append(d))
+    on1 = types.SimpleNamespace(parameters=lambda: iter([types.SimpleNamespace(device=cuda(1))]))
+    monkeypatch.setattr(C, 'unwrap_model', lambda m: on1)
+    learn = Learner(DataLoaders(DataLoader(TensorDataset(torch.zeros(4, 1), torch.zeros(4, 1)))), nn.Linear(1, 1),
+                    F.mse_loss)
+    with learn.distrib_ctx(): pass
+    assert moved == [] and calls.set == [cuda(1)]
+    with learn.distrib_ctx(device='cuda'): pass
+    assert moved == [cuda(0)]
+
 def test_move_model_moves_the_optimizer_state():
     m = nn.Linear(2, 1)
     opt = torch.optim.Adam(m.parameters())

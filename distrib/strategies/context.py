@@ -102,10 +102,13 @@ def _check_backend(backend:str|None):
 
 def _one_process(learn:Learner, device):
     """A world of one: `learn`'s model, with its optimizer's state, moves to `train_device(model, device)` (this
-    rank's GPU when CUDA is available, made the current device) and trains there, without DDP. A model whose
-    parameters are on several devices stays as the user placed it."""
+    rank's GPU when CUDA is available, made the current device) and trains there, without DDP. Without `device`, a
+    model the user put on a GPU stays on it (made the current device), and a model whose parameters are on several
+    devices stays as the user placed it."""
     model = unwrap_model(learn.model)
-    d, where = train_device(model, device), {p.device for p in model.parameters()}
+    where = {p.device for p in model.parameters()}
+    mine = next(iter(where)) if len(where) == 1 else None
+    d = mine if device is None and mine is not None and mine.type == 'cuda' else train_device(model, device)
     if d.type == 'cuda': torch.cuda.set_device(d)
     if len(where) == 1 and where != {d}: move_model(model, learn.opt, d)
 
