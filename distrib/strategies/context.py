@@ -15,7 +15,8 @@ from ..runtime.liveness import remember_position
 from ..runtime.waits import explain_failure
 from ..runtime.stalls import check_stall_timeout, stall_timeout_for
 from ..learner import Learner
-from ..model import unwrap_model, move_model
+from ..model import unwrap_model, move_model, is_compiled
+from .compiling import compile_options, compile_forwards, restore_forwards
 from .ddp import DistributedTrainer, check_kwargs, train_device
 
 # %% auto #0
@@ -100,17 +101,20 @@ def _check_backend(backend:str|None):
                        f"{dist.get_backend()!r}: a group's backend cannot change. Create it first with "
                        f"setup_distrib(backend={backend!r}) at the top of the script")
 
-def _one_process(learn:Learner, device):
+def _one_process(learn:Learner, device, compile:bool|dict|None)->list:
     """A world of one: `learn`'s model, with its optimizer's state, moves to `train_device(model, device)` (this
     rank's GPU when CUDA is available, made the current device) and trains there, without DDP. Without `device`, a
     model the user put on a GPU stays on it (made the current device), and a model whose parameters are on several
-    devices stays as the user placed it."""
+    devices stays as the user placed it. With `compile`, the model's forward is compiled (`compile_forwards`) unless
+    the Learner holds it compiled already; returns what `restore_forwards` needs on exit."""
     model = unwrap_model(learn.model)
     where = {p.device for p in model.parameters()}
     mine = next(iter(where)) if len(where) == 1 else None
     d = mine if device is None and mine is not None and mine.type == 'cuda' else train_device(model, device)
     if d.type == 'cuda': torch.cuda.set_device(d)
     if len(where) == 1 and where != {d}: move_model(model, learn.opt, d)
+    opts = compile_options(compile)
+    return [] if opts is None or is_compiled(learn.model) else compile_forwards([model], opts)
 
 @patch
 @contextmanager
@@ -141,8 +145,9 @@ def distrib_ctx(self:Learner,
     stall_timeout = check_stall_timeout(stall_timeout)
     world = current_world()
     if world.world_size == 1:
-        _one_process(self, device)
-        yield self
+        compiled = _one_process(self, device, compile)
+        try: yield self
+        finally: restore_forwards(compiled)
         return
     _check_backend(backend)
     created = setup_distrib(train_device(self.model, device), backend=backend,
