@@ -34,18 +34,29 @@ class WandbCallback(RunLogger):
         dir (str|Path, optional): where W&B writes its files (`wandb.init`'s `dir`). Default: W&B's.
         **init_kwargs: more arguments for `wandb.init` (`tags`, `group`, `mode`, ...).
 
-    The run's id is `run_key`, kept in `state_dict()` for `Checkpoint`. Raises `ImportError` when `wandb` is not
-    installed (at creation)."""
+    The run's id is `run_key`, kept in `state_dict()` for `Checkpoint`. When the script started a run already
+    (`wandb.run` is set: `wandb.init()` was called, as fastai's callback requires), the callback logs into that run,
+    adds the config to it, steps after those the run holds, and leaves it open at the end of `fit` (the script
+    finishes it). A resumed run's rows up to its last step (`run.step`) are not logged again. Raises `ImportError`
+    when `wandb` is not installed (at creation)."""
     def __init__(self, project:str|None=None, run_name:str|None=None, log_model:bool=False, model_name:str='model',
                  config:dict|None=None, dir=None, **init_kwargs):
         super().__init__(log_model=log_model, model_name=model_name, config=config)
         self.wandb = _wandb()
         self.project, self.run_name, self.dir, self.init_kwargs, self.run = project, run_name, dir, init_kwargs, None
+        self.own = True   # whether the callback started the run (and finishes it)
     def _open(self, key:str, config:dict)->str:
+        if self.wandb.run is not None:    # the script's own run
+            self.run, self.own = self.wandb.run, False
+            self.run.config.update(config, allow_val_change=True)
+            if self.base + self.logged == 0: self.base = self.run.step   # after what the script logged
+            return self.run.id
         if self.dir is not None: Path(self.dir).mkdir(parents=True, exist_ok=True)
         self.run = self.wandb.init(project=self.project, name=self.run_name, id=key, resume='allow', config=config,
                                    dir=None if self.dir is None else str(self.dir), **self.init_kwargs)
+        self.own = True
         return self.run.id
+    def _last_step(self)->int: return max(self.run.step - 1, 0)   # W&B drops a row below its step
     def _log(self, rows:list):
         for step, row in rows: self.run.log(row, step=step)
     def _log_file(self, path):
@@ -53,7 +64,7 @@ class WandbCallback(RunLogger):
         art.add_file(str(path))
         self.run.log_artifact(art)
     def _close(self, failed:bool):
-        self.run.finish(exit_code=1 if failed else 0)
+        if self.own: self.run.finish(exit_code=1 if failed else 0)
         self.run = None
 
 # %% ../../nbs/28_callback.wandb.ipynb #fe4be191
@@ -84,6 +95,8 @@ def offline_history(run_dir)->dict:
         if kind == 'run':
             out['id'] = r.run.run_id
             out['config'] = {i.key: json.loads(i.value_json) for i in r.run.config.update if i.key != '_wandb'}
+        elif kind == 'config':     # config.update() after init
+            out['config'].update({i.key: json.loads(i.value_json) for i in r.config.update if i.key != '_wandb'})
         elif kind == 'history':
             out['history'].append({i.key or '/'.join(i.nested_key): json.loads(i.value_json) for i in r.history.item})
         elif kind == 'artifact': out['artifacts'].append((r.artifact.name, r.artifact.type))
