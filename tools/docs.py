@@ -11,11 +11,21 @@ settings.ini, `slow` and `notest`, and `#| eval: false` ones are shown without r
 the build, naming the notebook and the cell. Needs the `docs` extra (`pip install -e ".[docs]"`).
 
 Usage: python tools/docs.py [--n_workers N] [notebook names...]   (names: build these pages only, for a quick look)"""
-import argparse, ast, json, os, shutil, subprocess, sys, time
+import argparse, ast, json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS, PAGES, SITE = ROOT/'nbs', ROOT/'_proc'/'docs', ROOT/'_docs'
+
+NOTES = '## Design notes and checks'   # the heading between what a user calls and how it works
+
+def _demote(md:str)->str:
+    "The Markdown `md` with its headings one level down (`## x` -> `### x`), code blocks left as they are"
+    out, fenced = [], False
+    for line in md.splitlines():
+        if line.startswith('```'): fenced = not fenced
+        out.append('#' + line if not fenced and re.match(r'#{1,5} ', line) else line)
+    return '\n'.join(out)
 
 def _flags()->set:
     "The test flags of settings.ini (`tst_flags`): cells carrying one are shown, not run, as `nbdev_test` skips them"
@@ -33,18 +43,33 @@ def _procs(nb_path:Path)->list:
     from nbdev.showdoc import showdoc_nm
     skip = _flags()
 
-    class api_entries(Processor):
-        """After each exported cell, an API entry (mkdocstrings' `::: distrib.<module>.<name>`) for each public name it
-        defines, unless the page has one already; a `@patch` method is headed `Class.name`"""
+    class split_title(Processor):
+        """The title cell keeps its `# title`, `> subtitle` and `- key: value` lines, which nbdev's frontmatter takes
+        (and drops the cell); any other text of it goes to a cell of its own below (the index's first paragraph)"""
         def begin(self):
+            for cell in self.nb.cells:
+                if cell.cell_type != 'markdown': continue
+                if not cell.source.lstrip().startswith('# '): return
+                head, rest = [], []
+                for line in cell.source.splitlines():
+                    (head if not rest and (not line.strip() or line[:2] in ('# ', '> ', '- ')) else rest).append(line)
+                if rest:
+                    cell.source = '\n'.join(head).strip()
+                    self.nb.cells.insert(self.nb.cells.index(cell) + 1, mk_cell('\n'.join(rest).strip(), 'markdown'))
+                return
+
+    class api_entries(Processor):
+        """The API entries of the page (mkdocstrings' `::: distrib.<module>.<name>`), kept in `nb.api_` for `layout`:
+        one for each public name the notebook's exported cells define, in their order (the `__all__` order), less
+        those the page shows already; a `@patch` method is headed `Class.name`"""
+        def begin(self):
+            self.nb.api_ = []
             mod = _default_exp(self.nb)
             if mod is None: return
             shown = {l.split()[1] for c in self.nb.cells if c.cell_type == 'markdown'
                      for l in c.source.splitlines() if l.startswith('::: ')}
-            for cell in reversed([c for c in self.nb.cells if _want_doc(c)]):
-                trees = cell.parsed_() or []
-                entries = []
-                for t in trees:
+            for cell in [c for c in self.nb.cells if _want_doc(c)]:
+                for t in cell.parsed_() or []:
                     if isinstance(t, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): names = [t.name]
                     elif isinstance(t, (ast.Assign, ast.AnnAssign)):    # a constant: its value and comment
                         names = [n.id for n in (t.targets if isinstance(t, ast.Assign) else [t.target])
@@ -53,9 +78,10 @@ def _procs(nb_path:Path)->list:
                     for name in names:
                         path = f'distrib.{mod}.{name}'
                         if name.startswith('_') or path in shown: continue
+                        shown.add(path)
                         nm = showdoc_nm(t) if not isinstance(t, (ast.Assign, ast.AnnAssign)) else name
-                        entries.append(f'::: {path}' + (f'\n    options:\n      heading: "{nm}"' if nm != name else ''))
-                if entries: self.nb.cells.insert(cell.idx_ + 1, mk_cell('\n\n'.join(entries), 'markdown'))
+                        head = f'\n    options:\n      heading: "{nm}"' if nm != name else ''
+                        self.nb.api_.append(f'::: {path}{head}')
 
     class run_cells(Processor):
         "Run every code cell, storing its outputs, as `nbdev_test` runs them; raise at the first that fails"
@@ -77,8 +103,33 @@ def _procs(nb_path:Path)->list:
                 head = f"# {fm['title']}" + (f"\n\n> {fm['description']}" if fm.get('description') else '')
                 self.nb.cells.insert(0, mk_cell(head, 'markdown'))
 
-    return [FrontmatterProc, populate_language, api_entries, hide_line, rm_header_dash, run_cells, strip_ansi,
-            rm_export, clean_magics, hide_, strip_hidden_metadata, title]
+    class layout(Processor):
+        """What a user calls first. A notebook with a `## Design notes and checks` cell wrote its top by hand: the API
+        entries it lacks go after its last entry there (or after the top's cells before its first `## ` section).
+        Any other module page gets, right after its title and subtitle, all its API entries, then a `## Design notes
+        and checks` heading above the notebook's own cells. The headings after that heading go one level down."""
+        def begin(self):
+            cells, api = self.nb.cells, getattr(self.nb, 'api_', [])
+            marker = next((i for i, c in enumerate(cells) if c.cell_type == 'markdown'
+                           and c.source.splitlines()[:1] == [NOTES]), None)
+            if marker is None:
+                if not api: return
+                top = 1 if cells and cells[0].source.startswith('# ') else 0
+                cells.insert(top, mk_cell(NOTES, 'markdown'))
+                marker = top
+                at = top
+            else:
+                user = cells[:marker]
+                md = [i for i, c in enumerate(user) if c.cell_type == 'markdown']
+                entries = [i for i in md if any(l.startswith('::: ') for l in user[i].source.splitlines())]
+                sections = [i for i in md[1:] if user[i].source.startswith('## ')]
+                at = entries[-1] + 1 if entries else sections[0] if sections else marker
+            if api: cells.insert(at, mk_cell('\n\n'.join(api), 'markdown')); marker += at <= marker
+            for c in cells[marker+1:]:
+                if c.cell_type == 'markdown': c.source = _demote(c.source)
+
+    return [split_title, FrontmatterProc, populate_language, api_entries, hide_line, rm_header_dash, run_cells,
+            strip_ansi, rm_export, clean_magics, hide_, strip_hidden_metadata, title, layout]
 
 def page(nb_path:Path)->float:
     "Run and process the notebook `nb_path`, then write it as Markdown (figures as PNG files) into `PAGES`; seconds"
