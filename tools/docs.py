@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NBS, PAGES, SITE = ROOT/'nbs', ROOT/'_proc'/'docs', ROOT/'_docs'
 
 NOTES = '## Design notes and checks'   # the heading between what a user calls and how it works
+CSS = """.md-grid { max-width: 100rem; }   /* code and outputs 120 characters wide fit on a wide screen */
+.md-typeset img { max-width: min(100%, 40rem); }   /* a figure at about the size matplotlib drew it */
+"""
 
 def _demote(md:str)->str:
     "The Markdown `md` with its headings one level down (`## x` -> `### x`), code blocks left as they are"
@@ -128,8 +131,14 @@ def _procs(nb_path:Path)->list:
             for c in cells[marker+1:]:
                 if c.cell_type == 'markdown': c.source = _demote(c.source)
 
+    class page_links(Processor):
+        "A link to a notebook (`[the launcher](39_launch.cli.ipynb)`, which works on GitHub) goes to its page"
+        def cell(self, cell):
+            if cell.cell_type == 'markdown':
+                cell.source = re.sub(r'\]\(([\w.-]+)\.ipynb(#[^)]*)?\)', r'](\1.md\2)', cell.source)
+
     return [split_title, FrontmatterProc, populate_language, api_entries, hide_line, rm_header_dash, run_cells,
-            strip_ansi, rm_export, clean_magics, hide_, strip_hidden_metadata, title, layout]
+            strip_ansi, rm_export, clean_magics, hide_, strip_hidden_metadata, title, layout, page_links]
 
 def page(nb_path:Path)->float:
     "Run and process the notebook `nb_path`, then write it as Markdown (figures as PNG files) into `PAGES`; seconds"
@@ -148,6 +157,7 @@ def page(nb_path:Path)->float:
     for c in nb.cells:                      # nbdev's bookkeeping, not notebook JSON
         for k in ('directives_', 'idx_', 'has_sd'): c.pop(k, None)
     node = nbformat.reads(nb2str(nb), as_version=4)
+    node.metadata['language_info'] = {'name': 'python'}     # code blocks as ```python, highlighted
     md, res = MarkdownExporter().from_notebook_node(node, resources={'output_files_dir': f'{nb_path.stem}_files'})
     (PAGES/f'{nb_path.stem}.md').write_text(md)
     for name, data in res.get('outputs', {}).items():
@@ -162,6 +172,7 @@ def build(names=(), n_workers:int=3):
     nbs = [NBS/f'{n.removesuffix(".ipynb")}.ipynb' for n in names] or sorted(NBS.glob('*.ipynb'))
     if not names: shutil.rmtree(PAGES, ignore_errors=True)
     PAGES.mkdir(parents=True, exist_ok=True)
+    (PAGES/'extra.css').write_text(CSS)
     start = time.time()
     # a fresh process per notebook, as a kernel per notebook: what one notebook starts (notebook_launch's workers,
     # threads, a process group) cannot reach the next (a pool process reused after the distrib_ctx

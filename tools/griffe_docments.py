@@ -1,7 +1,8 @@
 """A Griffe extension (mkdocstrings' Python handler loads it, `mkdocs.yml`): parameters documented the fastcore way,
 with a `#` comment after each one (fastcore's `docments`, which nbdev's `show_doc` reads), get their rows in the
 API entry's parameter table as if the docstring had a Google-style `Args:` section; the comment after the return
-annotation becomes its `Returns:`. A docstring that has its own `Args:` (or `Returns:`) section keeps it."""
+annotation becomes its `Returns:`. A docstring that has its own `Args:` (or `Returns:`) section keeps it. A method
+added to a class with fastcore's `@patch` (`Learner.distrib_ctx`) is shown without its `self`, as a method is."""
 import ast, io, tokenize
 from pathlib import Path
 import griffe
@@ -45,6 +46,8 @@ class Docments(griffe.Extension):
 
     def on_function_instance(self, *, node, func:griffe.Function, **kwargs):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.filepath is None: return
+        patched = any(getattr(d, 'id', getattr(d, 'attr', None)) == 'patch' for d in node.decorator_list)
+        if patched and 'self' in func.parameters: del func.parameters['self']   # `learn.x(...)`: no `self` to pass
         params, ret = docments(node, Path(func.filepath).read_text().splitlines())
         if not params and not ret: return
         text = func.docstring.value if func.docstring else ''
