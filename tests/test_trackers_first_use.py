@@ -98,13 +98,14 @@ def test_wandb_logs_into_the_scripts_run(tmp_path, wandb_offline):
     rows = offline_history(dirs[0])['history']
     assert len(dirs) == 1, dirs
     steps = [r['_step'] for r in rows if 'raw_loss' in r]
-    assert steps == list(range(2, 10)) and [r['_step'] for r in rows if 'epoch' in r] == [5, 9], rows
+    assert steps == list(range(1, 9)) and [r['_step'] for r in rows if 'epoch' in r] == [4, 8], rows
+    assert [r['_step'] for r in rows if 'before' in r] == [0] and [r['_step'] for r in rows if 'after' in r] == [9]
     assert offline_history(dirs[0])['config']['n_epoch'] == 2
 
 class FakeRun:
     "A W&B run as `wandb.init(resume='allow')` returns it for a run holding steps up to `step` (W&B's `run.step`)"
     def __init__(self, step): self.id, self.step, self.rows, self.config = 'r1', step, [], types.SimpleNamespace()
-    def log(self, row, step): self.rows.append((step, row))
+    def log(self, row, step, commit=None): self.rows.append((step, row))
     def finish(self, exit_code=0): pass
 
 def test_wandb_resumed_run_skips_the_steps_it_holds(tmp_path, wandb_offline):

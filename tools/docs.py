@@ -163,6 +163,7 @@ def page(nb_path:Path)->float:
     for name, data in res.get('outputs', {}).items():
         (PAGES/name).parent.mkdir(parents=True, exist_ok=True)
         (PAGES/name).write_bytes(data)
+    if 'torch._dynamo' in sys.modules: sys.modules['torch._dynamo'].reset()   # else its caches complain at exit
     return time.time() - start
 
 def build(names=(), n_workers:int=3):
@@ -183,7 +184,7 @@ def build(names=(), n_workers:int=3):
     print(f"docs: {len(nbs)} notebooks run in {time.time() - start:.0f} s ({n_workers} workers; slowest: "
           f"{', '.join(f'{p.stem} {s:.0f} s' for s, p in slow)})")
     subprocess.run([sys.executable, '-m', 'mkdocs', 'build', '-q', '--strict', '-f', str(ROOT/'mkdocs.yml')],
-                   check=True)
+                   check=True, env={**os.environ, 'NO_MKDOCS_2_WARNING': '1'})   # no banner about MkDocs 2
     print(f"docs: {len(list(PAGES.glob('*.md')))} pages in {SITE}")
 
 if __name__ == '__main__':

@@ -49,16 +49,16 @@ class WandbCallback(RunLogger):
         if self.wandb.run is not None:    # the script's own run
             self.run, self.own = self.wandb.run, False
             self.run.config.update(config, allow_val_change=True)
-            if self.base + self.logged == 0: self.base = self.run.step   # after what the script logged
+            if self.base + self.logged == 0: self.base = self.run.step - 1   # from the run's next step on
             return self.run.id
         if self.dir is not None: Path(self.dir).mkdir(parents=True, exist_ok=True)
         self.run = self.wandb.init(project=self.project, name=self.run_name, id=key, resume='allow', config=config,
                                    dir=None if self.dir is None else str(self.dir), **self.init_kwargs)
         self.own = True
         return self.run.id
-    def _last_step(self)->int: return max(self.run.step - 1, 0)   # W&B drops a row below its step
+    def _last_step(self)->int: return self.run.step - 1   # `run.step` is the next step; W&B drops rows below it
     def _log(self, rows:list):
-        for step, row in rows: self.run.log(row, step=step)
+        for step, row in rows: self.run.log(row, step=step, commit=True)   # the script's next log: a step of its own
     def _log_file(self, path):
         art = self.wandb.Artifact(self.model_name, type='model')
         art.add_file(str(path))
