@@ -94,6 +94,7 @@ def test_wandb_logs_into_the_scripts_run(tmp_path, wandb_offline):
     assert wandb.run is run and learn.wandb.run is None   # still the script's, not finished by the callback
     run.log({'after': 2.})
     run.finish()
+    wandb.teardown()     # W&B's service writes the run's file after finish() returns; teardown waits for it
     dirs = sorted((tmp_path/'wandb').glob('offline-run-*'))
     rows = offline_history(dirs[0])['history']
     assert len(dirs) == 1, dirs

@@ -85,8 +85,9 @@ def _records(path):
 def offline_history(run_dir)->dict:
     """What the W&B offline run in `run_dir` (an `offline-run-<time>-<id>` directory) holds: a dict with `id` (the
     run id), `config` (dict), `history`, a list of the logged rows (dicts with `_step`), in order, and
-    `artifacts`, a list of the logged artifacts' `(name, type)`. Raises
-    `FileNotFoundError` when `run_dir` has no `run-*.wandb` file, `ImportError` without wandb."""
+    `artifacts`, a list of the logged artifacts' `(name, type)`. W&B's service writes the file after `run.finish()`
+    returns: read it once the run's process ended, or after `wandb.teardown()`. Raises `FileNotFoundError` when
+    `run_dir` has no `run-*.wandb` file, `ImportError` without wandb."""
     files = sorted(Path(run_dir).glob('run-*.wandb'))
     if not files: raise FileNotFoundError(f"No run-*.wandb file in {run_dir}")
     out = {'id': None, 'config': {}, 'history': [], 'artifacts': []}
