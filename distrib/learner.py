@@ -260,6 +260,7 @@ class Learner(LearnerSaving):
         if self.opt is None: self.create_opt()
         for g in self.opt.param_groups: g['lr'] = self.lr
         self.n_epoch, self.start_epoch, self._n_level = n_epoch, start_epoch, 0
+        self.epoch, self.iter = start_epoch, 0   # until the first batch: this fit's, not the last fit's position
         with self.added_cbs(cbs):
             try: self._with_events(self._do_fit, 'fit', CancelFitException)
             finally:

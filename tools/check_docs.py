@@ -2,9 +2,11 @@
 `chromium`, headless, with a fresh profile. Every page loads (chromium renders it, scripts run, and the DOM it
 dumps has the page's `<h1>`); every internal link resolves (the file exists, and the anchor is an element id of
 the rendered target); every public name each module defines (its `__all__`, less what it re-exports, as
-`distrib/__init__.py` does) has its heading on its notebook's page;
-a screenshot of the index is written to `_proc/docs_check/index.png` (and must not be blank). Prints one line per
-problem and exits 1 when there is any. Usage: python tools/check_docs.py [site dir]"""
+`distrib/__init__.py` does, and the methods it adds with `@patch`) has its API entry on its notebook's page
+(mkdocstrings' heading, whose id is the name's path); the figures of the pages of `FIGURES`' modules render
+(chromium loads each image: its natural width and height are not 0); a screenshot of the index is written to
+`_proc/docs_check/index.png` (and must not be blank). Prints one line per problem and exits 1 when
+there is any. Usage: python tools/check_docs.py [site dir]"""
 import ast, importlib, json, re, shutil, subprocess, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
@@ -14,25 +16,21 @@ from urllib.parse import urlsplit, unquote
 ROOT = Path(__file__).resolve().parent.parent
 SITE = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT/'_docs'
 OUT = ROOT/'_proc'/'docs_check'
+FIGURES = ('distrib.callback.lr_find', 'distrib.recorder')   # modules whose pages show figures (lr_find, plot_loss)
 FLAGS = ['--no-sandbox', '--headless', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
          '--disable-sync', '--no-first-run']
 
 class Page(HTMLParser):
-    "The ids, links, headings' code names and `<h1>` count of an HTML document"
+    "The ids, links and `<h1>` count of an HTML document"
     def __init__(self, text):
         super().__init__()
-        self.ids, self.hrefs, self.codes, self.h1, self._in_h = set(), [], set(), 0, 0
+        self.ids, self.hrefs, self.h1 = set(), [], 0
         self.feed(text)
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if a.get('id'): self.ids.add(a['id'])
         if tag == 'a' and a.get('href'): self.hrefs.append(a['href'])
         if tag == 'h1': self.h1 += 1
-        if tag in ('h3', 'h4'): self._in_h += 1
-    def handle_endtag(self, tag):
-        if tag in ('h3', 'h4'): self._in_h -= 1
-    def handle_data(self, data):
-        if self._in_h: self.codes.add(data.strip())
 
 def chromium()->str:
     for name in ('chromium', 'chromium-browser', 'google-chrome'):
@@ -51,16 +49,6 @@ def dump(html:Path)->str:
     if r.returncode: raise RuntimeError(f"chromium exited {r.returncode} on {html.name}: {r.stderr[-500:]}")
     return r.stdout
 
-def module_pages()->dict:
-    "page name -> the module its notebook exports (from its `#| default_exp`)"
-    out = {}
-    for nb in (ROOT/'nbs').glob('*.ipynb'):
-        for c in json.loads(nb.read_text())['cells']:
-            if c['cell_type'] == 'code' and (m := re.search(r'#\|\s*default_exp\s+(\S+)', ''.join(c['source']))):
-                out[f'{nb.stem}.html'] = f'distrib.{m.group(1)}'
-                break
-    return out
-
 def defined_in(module)->set:
     "The names `module`'s own source binds at its top level (functions, classes, assignments), not those it imports"
     out = set()
@@ -69,6 +57,56 @@ def defined_in(module)->set:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             out |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return out
+
+def public_names(mod:str)->list:
+    """The names of the module's `__all__` it defines itself, then the `Class.method` names its `@patch` functions add
+    (fastcore's patch binds no name)"""
+    m = importlib.import_module(mod)
+    tree = ast.parse(Path(m.__file__).read_text())
+    patched = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not
+               n.name.startswith('_') and any(getattr(d, 'id', None) == 'patch' for d in n.decorator_list)]
+    return [n for n in getattr(m, '__all__', []) if n in defined_in(m)] + patched
+
+_FIGS = """<!doctype html><html><body><script>
+const pages = %s, out = {};
+pages.forEach(p => {
+  const f = document.createElement('iframe'); f.src = p;
+  f.onload = () => {
+    const imgs = [...f.contentDocument.querySelectorAll('article img')];
+    Promise.all(imgs.map(i => i.decode().catch(() => null))).then(() => {
+      out[p] = imgs.map(i => [i.getAttribute('src'), i.naturalWidth, i.naturalHeight]);
+      if (Object.keys(out).length == pages.length) {
+        const pre = document.createElement('pre'); pre.id = 'figures'; pre.textContent = JSON.stringify(out);
+        document.body.appendChild(pre);
+      }
+    });
+  };
+  document.body.appendChild(f);
+});
+</script></body></html>"""
+
+def figures(pages:list)->dict:
+    """page -> [(src, natural width, natural height)] of the images in its content, as chromium renders them (the
+    pages loaded in frames of one page, which reads their images once decoded)"""
+    OUT.mkdir(parents=True, exist_ok=True)
+    html = OUT/'figures.html'
+    html.write_text(_FIGS % json.dumps([p.as_uri() for p in pages]))
+    for _ in range(3):    # a loaded machine may not have decoded them within the virtual time budget: again
+        r = run(['--allow-file-access-from-files', '--virtual-time-budget=30000', '--dump-dom', html.as_uri()])
+        if m := re.search(r'<pre id="figures">(.*?)</pre>', r.stdout, re.S): break
+    else: return {}
+    import html as h
+    return {Path(urlsplit(k).path).name: v for k, v in json.loads(h.unescape(m.group(1))).items()}
+
+def module_pages()->dict:
+    "page name -> the module its notebook exports (from its `#| default_exp`)"
+    out = {}
+    for nb in (ROOT/'nbs').glob('*.ipynb'):
+        for c in json.loads(nb.read_text())['cells']:
+            if c['cell_type'] == 'code' and (m := re.search(r'#\|\s*default_exp\s+(\S+)', ''.join(c['source']))):
+                out[f'{nb.stem}.html'] = f'distrib.{m.group(1)}'
+                break
     return out
 
 def main():
@@ -91,9 +129,16 @@ def main():
     for page, mod in module_pages().items():
         p = SITE/page
         if p not in parsed: problems.append(f"{page}: missing"); continue
-        module = importlib.import_module(mod)
-        missing = [n for n in getattr(module, '__all__', []) if n in defined_in(module) and n not in parsed[p].codes]
-        if missing: problems.append(f"{page}: no documentation for {', '.join(missing)}")
+        missing = [n for n in public_names(mod) if f"{mod}.{n}" not in parsed[p].ids]
+        if missing: problems.append(f"{page}: no API entry for {', '.join(missing)}")
+    fig_pages = [SITE/page for page, mod in module_pages().items() if mod in FIGURES]
+    figs = figures(fig_pages)
+    for p in fig_pages:
+        imgs = figs.get(p.name)
+        if imgs is None: problems.append(f"{p.name}: the figures check did not load it")
+        elif not imgs: problems.append(f"{p.name}: no figure")
+        for src, w, hgt in imgs or []:
+            if not (w and hgt): problems.append(f"{p.name}: the figure {src} does not render ({w}x{hgt})")
     OUT.mkdir(parents=True, exist_ok=True)
     shot = OUT/'index.png'
     shot.unlink(missing_ok=True)
@@ -107,7 +152,8 @@ def main():
         if blank: problems.append(f"index.html: the screenshot {shot} is blank")
     n_links = sum(len(p.hrefs) for p in parsed.values())
     for line in problems: print(f"check_docs: {line}")
-    print(f"check_docs: {len(pages)} pages, {n_links} links, {len(module_pages())} module pages; "
+    n_figs = sum(len(v) for v in figs.values())
+    print(f"check_docs: {len(pages)} pages, {n_links} links, {len(module_pages())} module pages, {n_figs} figures; "
           f"{'OK' if not problems else f'{len(problems)} problems'}; screenshot {shot}")
     sys.exit(1 if problems else 0)
 

@@ -1,150 +1,195 @@
-"""Build the documentation site from the notebooks: `python tools/docs.py` writes `_docs/` (an `index.html` from
-`nbs/index.ipynb`, then one page per notebook, in the notebooks' order, with their sections as they are).
+"""Build the documentation site: `python tools/docs.py` runs every notebook of `nbs/` once and writes it, with its
+outputs (the training tables, the figures, the launcher's messages), as a Markdown page to `_proc/docs/`; MkDocs
+(`mkdocs.yml`: the Material theme, `mkdocstrings` writing each API entry) then builds `_docs/` from them.
 
-Each page keeps its notebook's cells: the prose, then, where a cell exports definitions, the documentation of each
-public name it defines (the module's `__all__`, and methods added with fastcore's `@patch`): its signature as
-nbdev's `show_doc` writes it (with the parameters' comments) and its docstring, then the public methods with a
-docstring of its own; the checks and examples as code. Hidden cells (`#| hide`) and the exported source are left
-out, as nbdev's own docs do. The pages are Markdown, written to `_proc/docs/`, built into HTML by MkDocs
-(`mkdocs build --strict`: a link to a missing page or anchor fails the build). Needs the `docs` extra
-(`pip install -e ".[docs]"`: mkdocs, nbdev) and the package installed (the names are imported from it)."""
-import ast, importlib, inspect, json, re, shutil, subprocess, sys
+The notebooks are processed by nbdev's own processors, as `nbdev_docs` does before Quarto renders them: the title
+and subtitle become the page's heading, exported source and `#| hide` cells are left out, `#|` directives are
+stripped. Each public name a notebook exports gets an API entry (mkdocstrings' `::: distrib.<module>.<name>`:
+signature, then a table of the parameters with their types, defaults and meanings). Every code cell runs, in the
+notebook's order, in one `execnb` shell per notebook, as `nbdev_test` runs them (cells flagged with `tst_flags` in
+settings.ini, `slow` and `notest`, and `#| eval: false` ones are shown without running). A cell that raises fails
+the build, naming the notebook and the cell. Needs the `docs` extra (`pip install -e ".[docs]"`).
+
+Usage: python tools/docs.py [--n_workers N] [notebook names...]   (names: build these pages only, for a quick look)"""
+import argparse, ast, json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-NBS, SRC, SITE = ROOT/'nbs', ROOT/'_proc'/'docs', ROOT/'_docs'
-_DIRECTIVE = re.compile(r'^\s*#\|\s*(.*)$')
+NBS, PAGES, SITE = ROOT/'nbs', ROOT/'_proc'/'docs', ROOT/'_docs'
 
-def directives(src:str)->list:
-    "The words of the cell's `#| ...` lines"
-    return [w for line in src.splitlines() if (m := _DIRECTIVE.match(line)) for w in m.group(1).split()]
+NOTES = '## Design notes and checks'   # the heading between what a user calls and how it works
+CSS = """.md-grid { max-width: 100rem; }   /* code and outputs 120 characters wide fit on a wide screen */
+.md-typeset img { max-width: min(100%, 40rem); }   /* a figure at about the size matplotlib drew it */
+"""
 
-def strip_directives(src:str)->str: return '\n'.join(l for l in src.splitlines() if not _DIRECTIVE.match(l)).strip()
-
-def defined(src:str)->list:
-    "Top-level names a cell defines, in order: functions, classes, assignments; `Cls.name` for a `@patch` function"
-    try: tree = ast.parse(strip_directives(src))
-    except SyntaxError: return []
-    out = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            patched = any(getattr(d, 'id', None) == 'patch' for d in getattr(node, 'decorator_list', []))
-            if patched and node.args.args and isinstance(node.args.args[0].annotation, ast.Name):
-                out.append(f'{node.args.args[0].annotation.id}.{node.name}')
-            else: out.append(node.name)
-        elif isinstance(node, ast.Assign):
-            out += [t.id for t in node.targets if isinstance(t, ast.Name)]
-    return out
-
-def signature(obj, name:str)->str:
-    "The signature of `obj` as nbdev's `show_doc` writes it (a fenced Python block), `class` for a class"
-    from nbdev.showdoc import show_doc
-    md = show_doc(obj, name=name)._repr_markdown_()
-    m = re.search(r'```python\n.*?```', md, re.S)
-    if m is None: return f'```python\n{name}\n```'
-    sig = m.group(0)
-    return sig.replace('def ', 'class ', 1) if inspect.isclass(obj) else sig
-
-_SECTION = re.compile(r'^(Args|Arguments|Returns|Raises|Yields|Example|Examples)s?:{1,2}\s*$')
-
-def docstring(doc:str)->str:
-    """A Google-style docstring as Markdown: its `Args:` entries a list (continuation lines joined), an `Example::`
-    section a code block, the rest as it is"""
-    out, section = [], None
-    for line in doc.splitlines():
-        if m := _SECTION.match(line):
-            section = m.group(1)
-            out += ['', f'**{section}:**', '']
-            if section.startswith('Example'): out.append('```python')
-        elif section and (line.startswith('    ') or not line.strip()):
-            if section.startswith('Example'): out.append(line[4:])
-            elif line.startswith('    ') and not line.startswith('     '): out.append('- ' + line.strip())
-            else: out.append('  ' + line.strip())
-        else:
-            if section and section.startswith('Example'): out.append('```')
-            section = None
-            out.append(line)
-    if section and section.startswith('Example'): out.append('```')
+def _demote(md:str)->str:
+    "The Markdown `md` with its headings one level down (`## x` -> `### x`), code blocks left as they are"
+    out, fenced = [], False
+    for line in md.splitlines():
+        if line.startswith('```'): fenced = not fenced
+        out.append('#' + line if not fenced and re.match(r'#{1,5} ', line) else line)
     return '\n'.join(out)
 
-def doc_of(obj, name:str, level:int=3)->str:
-    "Markdown for `obj`: a heading, its signature, its docstring"
-    return f"{'#'*level} `{name}`\n\n{signature(obj, name)}\n\n{docstring(inspect.getdoc(obj) or '')}\n"
+def _flags()->set:
+    "The test flags of settings.ini (`tst_flags`): cells carrying one are shown, not run, as `nbdev_test` skips them"
+    from nbdev.config import get_config
+    return set(get_config().get('tst_flags', '').split())
 
-def const_of(obj, name:str)->str:
-    "Markdown for a constant: a heading and its value"
-    v = repr(obj)
-    return f"### `{name}`\n\n```python\n{name} = {v if len(v) <= 300 else v[:300] + ' ...'}\n```\n"
+def _procs(nb_path:Path)->list:
+    "nbdev's processors for docs, with `run_cells` in place of `exec_show_docs` (which runs only exports)"
+    from execnb.shell import CaptureShell
+    from execnb.nbio import mk_cell
+    from nbdev.frontmatter import FrontmatterProc
+    from nbdev.process import Processor
+    from nbdev.processors import (populate_language, hide_line, rm_header_dash, strip_ansi, rm_export, clean_magics,
+                                  hide_, strip_hidden_metadata, _want_doc, _default_exp)
+    from nbdev.showdoc import showdoc_nm
+    skip = _flags()
 
-def methods_of(cls)->list:
-    "The public methods, properties excluded, defined in `cls`'s own body with a docstring of their own"
-    return [(k, v) for k, v in vars(cls).items() if not k.startswith('_') and inspect.isfunction(v) and v.__doc__]
+    class split_title(Processor):
+        """The title cell keeps its `# title`, `> subtitle` and `- key: value` lines, which nbdev's frontmatter takes
+        (and drops the cell); any other text of it goes to a cell of its own below (the index's first paragraph)"""
+        def begin(self):
+            for cell in self.nb.cells:
+                if cell.cell_type != 'markdown': continue
+                if not cell.source.lstrip().startswith('# '): return
+                head, rest = [], []
+                for line in cell.source.splitlines():
+                    (head if not rest and (not line.strip() or line[:2] in ('# ', '> ', '- ')) else rest).append(line)
+                if rest:
+                    cell.source = '\n'.join(head).strip()
+                    self.nb.cells.insert(self.nb.cells.index(cell) + 1, mk_cell('\n'.join(rest).strip(), 'markdown'))
+                return
 
-def api_docs(module, names:list)->str:
-    "The documentation of the public `names` of `module` (in `__all__`, or `Cls.method` patched onto its classes)"
-    public, parts = set(getattr(module, '__all__', [])), []
-    for name in names:
-        if '.' in name:
-            cls, meth = name.split('.', 1)
-            if cls in public and not meth.startswith('_'): parts.append(doc_of(getattr(getattr(module, cls), meth), name))
-        elif name in public:
-            obj = getattr(module, name)
-            if not (inspect.isclass(obj) or callable(obj)):
-                parts.append(const_of(obj, name))
-                continue
-            parts.append(doc_of(obj, name))
-            if inspect.isclass(obj):
-                parts += [doc_of(f, f'{name}.{k}', 4) for k, f in methods_of(obj)]
-    return '\n'.join(parts)
+    class api_entries(Processor):
+        """The API entries of the page (mkdocstrings' `::: distrib.<module>.<name>`), kept in `nb.api_` for `layout`:
+        one for each public name the notebook's exported cells define, in their order (the `__all__` order), less
+        those the page shows already; a `@patch` method is headed `Class.name`"""
+        def begin(self):
+            self.nb.api_ = []
+            mod = _default_exp(self.nb)
+            if mod is None: return
+            shown = {l.split()[1] for c in self.nb.cells if c.cell_type == 'markdown'
+                     for l in c.source.splitlines() if l.startswith('::: ')}
+            for cell in [c for c in self.nb.cells if _want_doc(c)]:
+                for t in cell.parsed_() or []:
+                    if isinstance(t, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): names = [t.name]
+                    elif isinstance(t, (ast.Assign, ast.AnnAssign)):    # a constant: its value and comment
+                        names = [n.id for n in (t.targets if isinstance(t, ast.Assign) else [t.target])
+                                 if isinstance(n, ast.Name)]
+                    else: continue
+                    for name in names:
+                        path = f'distrib.{mod}.{name}'
+                        if name.startswith('_') or path in shown: continue
+                        shown.add(path)
+                        nm = showdoc_nm(t) if not isinstance(t, (ast.Assign, ast.AnnAssign)) else name
+                        head = f'\n    options:\n      heading: "{nm}"' if nm != name else ''
+                        self.nb.api_.append(f'::: {path}{head}')
 
-def links(md:str)->str:
-    "Links to notebooks (`x.ipynb`, `nbs/x.ipynb`) point to their pages"
-    return re.sub(r'\]\((?:nbs/)?([\w.-]+)\.ipynb(#[^)]*)?\)', lambda m: f']({m.group(1)}.md{m.group(2) or ""})', md)
+    class run_cells(Processor):
+        "Run every code cell, storing its outputs, as `nbdev_test` runs them; raise at the first that fails"
+        def begin(self): self.k = CaptureShell(nb_path)
+        def cell(self, cell):
+            d = cell.directives_
+            if cell.cell_type != 'code' or skip & d.keys() or d.get('eval:', [''])[0].lower() == 'false': return
+            self.k.cell(cell)
+            if self.k.exc:
+                raise RuntimeError(f"{nb_path.name}: cell {cell.idx_} raised:\n{cell.source}\n"
+                                   f"{self.k.prettytb(fname=nb_path)}") from self.k.exc
 
-SECTIONS = {'runtime': 'Runtime', 'strategies': 'Strategies', 'launch': 'Launch', 'callback': 'Callbacks'}
+    class title(Processor):
+        "The frontmatter (the `# title` and `> subtitle` cell, which nbdev takes out for Quarto) back as the page's top"
+        def begin(self):
+            fm = getattr(self.nb, 'frontmatter_', {})
+            self.nb.cells = [c for c in self.nb.cells if c.cell_type != 'raw']       # Quarto's YAML
+            if fm.get('title'):
+                head = f"# {fm['title']}" + (f"\n\n> {fm['description']}" if fm.get('description') else '')
+                self.nb.cells.insert(0, mk_cell(head, 'markdown'))
 
-def page(nb_path:Path)->tuple:
-    "(title, section, Markdown) of the notebook `nb_path`: its section from its module's subpackage"
-    cells = json.loads(nb_path.read_text())['cells']
-    src = lambda c: ''.join(c['source'])
-    exp = next((d.split()[1] for c in cells if c['cell_type'] == 'code' for d in [' '.join(directives(src(c)))]
-                if d.startswith('default_exp')), None)
-    module = importlib.import_module(f'distrib.{exp}') if exp else None
-    out, title = [], nb_path.stem
-    for c in cells:
-        s = src(c)
-        if c['cell_type'] == 'markdown':
-            if title == nb_path.stem and (m := re.match(r'#\s+(.+)', s)): title = m.group(1).strip()
-            out.append(links(s))
-            continue
-        ds = directives(s)
-        if 'hide' in ds or any(d.startswith('default_exp') for d in ds): continue
-        if 'export' in ds or 'exports' in ds:
-            if module is not None and (d := api_docs(module, defined(s))): out.append(d)
-            continue
-        code = strip_directives(s)
-        if code: out.append(f'```python\n{code}\n```')
-    section = 'Home' if nb_path.stem == 'index' else SECTIONS.get(exp.split('.')[0], 'Training loop') if exp else 'Notes'
-    return title, section, '\n\n'.join(out) + '\n'
+    class layout(Processor):
+        """What a user calls first. A notebook with a `## Design notes and checks` cell wrote its top by hand: the API
+        entries it lacks go after its last entry there (or after the top's cells before its first `## ` section).
+        Any other module page gets, right after its title and subtitle, all its API entries, then a `## Design notes
+        and checks` heading above the notebook's own cells. The headings after that heading go one level down."""
+        def begin(self):
+            cells, api = self.nb.cells, getattr(self.nb, 'api_', [])
+            marker = next((i for i, c in enumerate(cells) if c.cell_type == 'markdown'
+                           and c.source.splitlines()[:1] == [NOTES]), None)
+            if marker is None:
+                if not api: return
+                top = 1 if cells and cells[0].source.startswith('# ') else 0
+                cells.insert(top, mk_cell(NOTES, 'markdown'))
+                marker = top
+                at = top
+            else:
+                user = cells[:marker]
+                md = [i for i, c in enumerate(user) if c.cell_type == 'markdown']
+                entries = [i for i in md if any(l.startswith('::: ') for l in user[i].source.splitlines())]
+                sections = [i for i in md[1:] if user[i].source.startswith('## ')]
+                at = entries[-1] + 1 if entries else sections[0] if sections else marker
+            if api: cells.insert(at, mk_cell('\n\n'.join(api), 'markdown')); marker += at <= marker
+            for c in cells[marker+1:]:
+                if c.cell_type == 'markdown': c.source = _demote(c.source)
 
-def build(strict:bool=True):
-    "Write the pages to `SRC`, the MkDocs configuration beside them, and build the site into `SITE`"
-    shutil.rmtree(SRC, ignore_errors=True)
-    (SRC/'pages').mkdir(parents=True)
-    nav = {}
-    for nb in sorted(NBS.glob('*.ipynb'), key=lambda p: (p.stem != 'index', p.stem)):
-        title, section, md = page(nb)
-        (SRC/'pages'/f'{nb.stem}.md').write_text(md)
-        nav.setdefault(section, []).append({title: f'{nb.stem}.md'})
-    order = ['Home', 'Training loop', 'Runtime', 'Strategies', 'Launch', 'Callbacks', 'Notes']
-    nav = [{'Home': 'index.md'}] + [{k: nav[k]} for k in order[1:] if k in nav]
-    cfg = dict(site_name='distrib', docs_dir='pages', site_dir=str(SITE), use_directory_urls=False, nav=nav,
-               theme={'name': 'mkdocs', 'highlightjs': False, 'navigation_depth': 3},
-               markdown_extensions=['tables', 'fenced_code', {'toc': {'permalink': True}}],
-               validation={'links': {'not_found': 'warn', 'anchors': 'warn', 'unrecognized_links': 'warn'}})
-    (SRC/'mkdocs.yml').write_text(json.dumps(cfg, indent=1))   # JSON is YAML
-    subprocess.run([sys.executable, '-m', 'mkdocs', 'build', '-q', *(['--strict'] if strict else []), '-f',
-                    str(SRC/'mkdocs.yml')], check=True)
-    print(f"docs: {len(list(SRC.glob('pages/*.md')))} pages in {SITE}")
+    class page_links(Processor):
+        "A link to a notebook (`[the launcher](39_launch.cli.ipynb)`, which works on GitHub) goes to its page"
+        def cell(self, cell):
+            if cell.cell_type == 'markdown':
+                cell.source = re.sub(r'\]\(([\w.-]+)\.ipynb(#[^)]*)?\)', r'](\1.md\2)', cell.source)
 
-if __name__ == '__main__': build()
+    return [split_title, FrontmatterProc, populate_language, api_entries, hide_line, rm_header_dash, run_cells,
+            strip_ansi, rm_export, clean_magics, hide_, strip_hidden_metadata, title, layout, page_links]
+
+def page(nb_path:Path)->float:
+    "Run and process the notebook `nb_path`, then write it as Markdown (figures as PNG files) into `PAGES`; seconds"
+    from execnb.nbio import read_nb, nb2str
+    from fastcore.xtras import working_directory
+    from nbdev.process import NBProcessor
+    import nbformat
+    from nbconvert import MarkdownExporter
+    import multiprocessing
+    multiprocessing.set_start_method('fork', force=True)  # as in a kernel: DataLoader workers of notebook classes
+    start = time.time()
+    os.environ['IN_TEST'] = '1'            # as nbdev_test
+    nb = read_nb(nb_path)
+    nb.path_ = str(nb_path)
+    with working_directory(nb_path.parent): NBProcessor(nb=nb, procs=_procs(nb_path), process=True)
+    for c in nb.cells:                      # nbdev's bookkeeping, not notebook JSON
+        for k in ('directives_', 'idx_', 'has_sd'): c.pop(k, None)
+    node = nbformat.reads(nb2str(nb), as_version=4)
+    node.metadata['language_info'] = {'name': 'python'}     # code blocks as ```python, highlighted
+    md, res = MarkdownExporter().from_notebook_node(node, resources={'output_files_dir': f'{nb_path.stem}_files'})
+    (PAGES/f'{nb_path.stem}.md').write_text(md)
+    for name, data in res.get('outputs', {}).items():
+        (PAGES/name).parent.mkdir(parents=True, exist_ok=True)
+        (PAGES/name).write_bytes(data)
+    if 'torch._dynamo' in sys.modules: sys.modules['torch._dynamo'].reset()   # else its caches complain at exit
+    return time.time() - start
+
+def build(names=(), n_workers:int=3):
+    "Run and process the notebooks (`names`, default all) into `PAGES`, then build the site with MkDocs into `SITE`"
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+    nbs = [NBS/f'{n.removesuffix(".ipynb")}.ipynb' for n in names] or sorted(NBS.glob('*.ipynb'))
+    if not names: shutil.rmtree(PAGES, ignore_errors=True)
+    PAGES.mkdir(parents=True, exist_ok=True)
+    (PAGES/'extra.css').write_text(CSS)
+    start = time.time()
+    # a fresh process per notebook, as a kernel per notebook: what one notebook starts (notebook_launch's workers,
+    # threads, a process group) cannot reach the next (a pool process reused after the distrib_ctx
+    # notebook, which calls notebook_launch, died abruptly)
+    with ProcessPoolExecutor(n_workers, mp_context=get_context('spawn'), max_tasks_per_child=1) as ex:
+        secs = list(ex.map(page, nbs))
+    slow = sorted(zip(secs, nbs), reverse=True)[:3]
+    print(f"docs: {len(nbs)} notebooks run in {time.time() - start:.0f} s ({n_workers} workers; slowest: "
+          f"{', '.join(f'{p.stem} {s:.0f} s' for s, p in slow)})")
+    subprocess.run([sys.executable, '-m', 'mkdocs', 'build', '-q', '--strict', '-f', str(ROOT/'mkdocs.yml')],
+                   check=True, env={**os.environ, 'NO_MKDOCS_2_WARNING': '1'})   # no banner about MkDocs 2
+    print(f"docs: {len(list(PAGES.glob('*.md')))} pages in {SITE}")
+
+if __name__ == '__main__':
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('names', nargs='*', help='notebooks to build (default: all)')
+    p.add_argument("--n_workers", type=int, default=3)
+    a = p.parse_args()
+    build(a.names, a.n_workers)

@@ -147,8 +147,11 @@ class RunLogger(Callback):
 
     Subclasses define `_open(key, config)` (open or continue the run identified by `key`, a str, and return its
     id), `_log(rows)` (`rows`: a list of `(step, {name: float})`, steps increasing), `_log_file(path)` and
-    `_close(failed)`. `run_key` is the key (None until the first fit; the same on rank 0 across fits and
-    restarts). Runs no collective, unless `log_model` (`learn.save` is one)."""
+    `_close(failed)`, and may define `_last_step()`: the last step the opened run holds already (default 0), whose
+    rows are then not logged again (a fit resumed from a checkpoint written in the middle of an epoch repeats the
+    steps after it, which the interrupted job may have logged with its epoch). `run_key` is the key (None until the
+    first fit; the same on rank 0 across fits and restarts). Runs no collective, unless `log_model` (`learn.save` is
+    one)."""
     order = 56     # after the Recorder (50) and the file loggers (55), before Checkpoint (90), which saves our state
     def __init__(self, log_model:bool=False, model_name:str='model', config:dict|None=None):
         self.log_model, self.model_name, self.config = log_model, model_name, dict(config or {})
@@ -163,7 +166,7 @@ class RunLogger(Callback):
         "Open (or continue) the run on rank 0, once per fit; it is closed when the fit ends, however it ends"
         if self._open_now: return
         self.run_id = self._open(self.run_key, {**config_of(self.learn), **self.config})
-        self._open_now = True
+        self.held, self._open_now = self._last_step(), True
         self.learn.on_fit_exit(self._finish)
 
     def _finish(self):
@@ -184,7 +187,8 @@ class RunLogger(Callback):
                      **{k: v for k, v in zip(names, r.values[-1]) if isinstance(v, (int, float))}}
             if rows and rows[-1][0] == self.base + n: rows[-1][1].update(epoch)
             else: rows.append((self.base + n, epoch))
-            self._log(rows)
+            rows = [r for r in rows if r[0] > self.held]   # the run has these already
+            if rows: self._log(rows)
         self.logged = n
 
     def after_fit(self):
@@ -202,6 +206,7 @@ class RunLogger(Callback):
         self.run_key, self.base, self.logged = state['run_key'], state['base'], state['logged']
 
     def _open(self, key:str, config:dict)->str: raise NotImplementedError
+    def _last_step(self)->int: return 0
     def _log(self, rows:list): raise NotImplementedError
     def _log_file(self, path): raise NotImplementedError
     def _close(self, failed:bool): raise NotImplementedError

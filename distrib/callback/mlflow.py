@@ -19,13 +19,25 @@ def _mlflow_client():
                           "mlflow-skinny)") from e
     return MlflowClient
 
+def _check_store(uri:str):
+    """`ImportError` saying what to install when the tracking store `uri` is a database (MLflow 3's default,
+    `sqlite:///mlflow.db`) and SQLAlchemy or Alembic, which `mlflow-skinny` does not install, is missing"""
+    from mlflow.store.db.db_types import DATABASE_ENGINES
+    if uri.partition(':')[0].partition('+')[0] not in DATABASE_ENGINES: return
+    try: import sqlalchemy, alembic
+    except ImportError as e:
+        raise ImportError(f"MLflowCallback: the tracking store {uri} is a database, which needs sqlalchemy and "
+                          "alembic (mlflow-skinny does not install them): pip install 'distrib[mlflow]' (or pip "
+                          "install sqlalchemy alembic), or pass tracking_uri='http://<server>:5000'") from e
+
 class MLflowCallback(RunLogger):
     """Log the training to one MLflow run per job, from rank 0 (as Lightning's `MLFlowLogger`; what is logged:
     `RunLogger`).
 
     Args:
-        tracking_uri (str, optional): the tracking store (`file:./mlruns`, `http://host:5000`, ...). Default:
-            MLflow's (`MLFLOW_TRACKING_URI`, else its default store).
+        tracking_uri (str, optional): the tracking store (`http://host:5000`, `sqlite:///mlflow.db`, ...). Default:
+            MLflow's (`MLFLOW_TRACKING_URI`, else its default store: `sqlite:///mlflow.db` in the working
+            directory since MLflow 3, which `pip install 'distrib[mlflow]'` can open).
         experiment_name (str): the experiment, created when missing. Default 'distrib'.
         run_name (str, optional): the run's name. Default: MLflow's.
         log_model (bool): log the model file saved after the fit (`learn.save(model_name)`) under the run's
@@ -35,16 +47,21 @@ class MLflowCallback(RunLogger):
         tags (dict, optional): tags of a new run.
 
     Metric values are floats with the step as MLflow's `step`; parameters are written once, when the run is
-    created (MLflow's parameters cannot change). Raises `ImportError` when MLflow is not installed (at creation)."""
+    created (MLflow's parameters cannot change). Rank 0 says in one line which run it logs to, in which store. A
+    run continued after a restart gets no step logged twice. Raises `ImportError` when MLflow is not installed, or
+    when the store is a database and SQLAlchemy or Alembic is not (at creation)."""
     def __init__(self, tracking_uri:str|None=None, experiment_name:str='distrib', run_name:str|None=None,
                  log_model:bool=False, model_name:str='model', config:dict|None=None, tags:dict|None=None):
         super().__init__(log_model=log_model, model_name=model_name, config=config)
         self.MlflowClient = _mlflow_client()
         self.tracking_uri, self.experiment_name, self.run_name = tracking_uri, experiment_name, run_name
         self.tags, self.client = dict(tags or {}), None
+        from mlflow.tracking import get_tracking_uri
+        self.uri = tracking_uri or get_tracking_uri()
+        _check_store(self.uri)
     def _open(self, key:str, config:dict)->str:
         from mlflow.entities import Param
-        c = self.client = self.MlflowClient(self.tracking_uri)
+        c = self.client = self.MlflowClient(self.uri)
         exp = c.get_experiment_by_name(self.experiment_name)
         eid = exp.experiment_id if exp is not None else c.create_experiment(self.experiment_name)
         found = c.search_runs([eid], filter_string=f"tags.`distrib.run_key` = '{key}'")
@@ -55,7 +72,12 @@ class MLflowCallback(RunLogger):
             run = c.create_run(eid, run_name=self.run_name, tags={**self.tags, 'distrib.run_key': key})
             self.run_id = run.info.run_id
             c.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in config.items()])
+        self.learn.logger(f"MLflowCallback: {'continuing' if found else 'started'} run {self.run_id} of experiment "
+                          f"{self.experiment_name!r} in {self.uri}")
         return self.run_id
+    def _last_step(self)->int:
+        "The step of the last epoch the run holds (an epoch's row is logged with its steps' rows, after them)"
+        return max((m.step for m in self.client.get_metric_history(self.run_id, 'epoch')), default=0)
     def _log(self, rows:list):
         from mlflow.entities import Metric
         now = int(time.time()*1000)

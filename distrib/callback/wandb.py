@@ -34,26 +34,37 @@ class WandbCallback(RunLogger):
         dir (str|Path, optional): where W&B writes its files (`wandb.init`'s `dir`). Default: W&B's.
         **init_kwargs: more arguments for `wandb.init` (`tags`, `group`, `mode`, ...).
 
-    The run's id is `run_key`, kept in `state_dict()` for `Checkpoint`. Raises `ImportError` when `wandb` is not
-    installed (at creation)."""
+    The run's id is `run_key`, kept in `state_dict()` for `Checkpoint`. When the script started a run already
+    (`wandb.run` is set: `wandb.init()` was called, as fastai's callback requires), the callback logs into that run,
+    adds the config to it, steps after those the run holds, and leaves it open at the end of `fit` (the script
+    finishes it). A resumed run's rows up to its last step (`run.step`) are not logged again. Raises `ImportError`
+    when `wandb` is not installed (at creation)."""
     def __init__(self, project:str|None=None, run_name:str|None=None, log_model:bool=False, model_name:str='model',
                  config:dict|None=None, dir=None, **init_kwargs):
         super().__init__(log_model=log_model, model_name=model_name, config=config)
         self.wandb = _wandb()
         self.project, self.run_name, self.dir, self.init_kwargs, self.run = project, run_name, dir, init_kwargs, None
+        self.own = True   # whether the callback started the run (and finishes it)
     def _open(self, key:str, config:dict)->str:
+        if self.wandb.run is not None:    # the script's own run
+            self.run, self.own = self.wandb.run, False
+            self.run.config.update(config, allow_val_change=True)
+            if self.base + self.logged == 0: self.base = self.run.step - 1   # from the run's next step on
+            return self.run.id
         if self.dir is not None: Path(self.dir).mkdir(parents=True, exist_ok=True)
         self.run = self.wandb.init(project=self.project, name=self.run_name, id=key, resume='allow', config=config,
                                    dir=None if self.dir is None else str(self.dir), **self.init_kwargs)
+        self.own = True
         return self.run.id
+    def _last_step(self)->int: return self.run.step - 1   # `run.step` is the next step; W&B drops rows below it
     def _log(self, rows:list):
-        for step, row in rows: self.run.log(row, step=step)
+        for step, row in rows: self.run.log(row, step=step, commit=True)   # the script's next log: a step of its own
     def _log_file(self, path):
         art = self.wandb.Artifact(self.model_name, type='model')
         art.add_file(str(path))
         self.run.log_artifact(art)
     def _close(self, failed:bool):
-        self.run.finish(exit_code=1 if failed else 0)
+        if self.own: self.run.finish(exit_code=1 if failed else 0)
         self.run = None
 
 # %% ../../nbs/28_callback.wandb.ipynb #fe4be191
@@ -74,8 +85,9 @@ def _records(path):
 def offline_history(run_dir)->dict:
     """What the W&B offline run in `run_dir` (an `offline-run-<time>-<id>` directory) holds: a dict with `id` (the
     run id), `config` (dict), `history`, a list of the logged rows (dicts with `_step`), in order, and
-    `artifacts`, a list of the logged artifacts' `(name, type)`. Raises
-    `FileNotFoundError` when `run_dir` has no `run-*.wandb` file, `ImportError` without wandb."""
+    `artifacts`, a list of the logged artifacts' `(name, type)`. W&B's service writes the file after `run.finish()`
+    returns: read it once the run's process ended, or after `wandb.teardown()`. Raises `FileNotFoundError` when
+    `run_dir` has no `run-*.wandb` file, `ImportError` without wandb."""
     files = sorted(Path(run_dir).glob('run-*.wandb'))
     if not files: raise FileNotFoundError(f"No run-*.wandb file in {run_dir}")
     out = {'id': None, 'config': {}, 'history': [], 'artifacts': []}
@@ -84,6 +96,8 @@ def offline_history(run_dir)->dict:
         if kind == 'run':
             out['id'] = r.run.run_id
             out['config'] = {i.key: json.loads(i.value_json) for i in r.run.config.update if i.key != '_wandb'}
+        elif kind == 'config':     # config.update() after init
+            out['config'].update({i.key: json.loads(i.value_json) for i in r.config.update if i.key != '_wandb'})
         elif kind == 'history':
             out['history'].append({i.key or '/'.join(i.nested_key): json.loads(i.value_json) for i in r.history.item})
         elif kind == 'artifact': out['artifacts'].append((r.artifact.name, r.artifact.type))

@@ -1,0 +1,24 @@
+"""A MkDocs hook (`mkdocs.yml`: `hooks:`): the site's navigation, made from the pages' names (the notebooks'):
+the home page, the pages a user reads first (`START`, in that order), then one section per layer, in the
+notebooks' order. The notebooks are numbered by layer (README, "Where things are"): `LAYERS` maps the numbers to
+the sections, so a new notebook gets its place without an edit here."""
+from pathlib import Path
+
+START = ['33_strategies.context', '19_learner', '11_data', '23_callback.checkpoint', '39_launch.cli',
+         '41_launch.notebook', '25_callback.lr_find', '14_recorder']   # what a training script calls
+LAYERS = [(0, 'Runtime'), (11, 'Data and the loop'), (20, 'Callbacks'), (31, 'Strategies'), (38, 'Launch'),
+          (43, 'The public API')]   # (first notebook number, section)
+
+def section(stem:str)->str:
+    "The section of the page `stem` (`NN_name`), by its number"
+    n = int(stem.split('_', 1)[0])
+    return [name for first, name in LAYERS if n >= first][-1]
+
+def on_config(config, **kwargs):
+    stems = sorted(p.stem for p in Path(config['docs_dir']).glob('*.md') if p.stem != 'index')
+    nav = [{'Home': 'index.md'}, {'Start here': [f'{s}.md' for s in START if s in stems]}]
+    for _, name in LAYERS:
+        pages = [f'{s}.md' for s in stems if s not in START and section(s) == name]
+        if pages: nav.append({name: pages})
+    config['nav'] = nav
+    return config
