@@ -10,7 +10,7 @@ import torch.distributed as dist
 from .world import World, current_world
 from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
-from .position import rank_state, reset_rank_state, position, describe, peer_verdict
+from .position import rank_state, reset_rank_state, position, describe, peer_verdict, oldest_queued
 
 # %% auto #0
 __all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'WAITING_GEN', 'COUNTERS', 'liveness_timeout', 'running',
@@ -168,10 +168,15 @@ class _Watchdog(threading.Thread):
         self.todo.append(write)
 
     def heartbeat(self, now:float)->dict:
-        "This rank's heartbeat now; notes when its position last changed"
-        st, p = rank_state(), position()
+        """This rank's heartbeat now; notes when its position last changed. The oldest collective queued and not
+        done after the hold (`RankState.hold`; NCCL's, `mark_queued`) is its position, the main thread's after it"""
+
+        st, p, since = rank_state(), position(), now
+        q = oldest_queued()
+        if q is not None and now - q[2] >= st.hold: p, since = dict(q[0], main=describe(p)), q[2]
         key = json.dumps(p, sort_keys=True)
-        if key != self.pos_key: self.pos, self.pos_key, self.pos_since = p, key, now
+        if key != self.pos_key: self.pos, self.pos_key, self.pos_since = p, key, since
+
         self.beat += 1
         return dict(self.me, beat=self.beat, state=st.state, code=st.code, group=st.group, pos=p,
                     age=round(now - self.pos_since, 1), cancels=st.cancels, barriers=st.barriers, left=st.left,

@@ -6,11 +6,13 @@
 from __future__ import annotations
 import time
 from collections import deque
+import torch
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, MISSING
 
 # %% auto #0
-__all__ = ['RankState', 'rank_state', 'reset_rank_state', 'doing', 'long_phase', 'track', 'position', 'describe', 'peer_verdict']
+__all__ = ['QUEUED_MAX', 'RankState', 'rank_state', 'reset_rank_state', 'doing', 'long_phase', 'track', 'position', 'describe',
+           'mark_queued', 'oldest_queued', 'queue_tracking', 'peer_verdict']
 
 # %% ../../nbs/04_runtime.position.ipynb #a30e0002
 @dataclass(eq=False)
@@ -53,7 +55,13 @@ class RankState:
             whose stall was reported; suspect (tuple): a deadlock seen once, to confirm at the next tick; settled
             (tuple): `(waiting generation, position)` the examination found no deadlock in; stall_timeout (float):
             `distrib_ctx(stall_timeout=...)`, None: the environment's; straggler (dict): the straggler check's
-            rounds (`distrib.runtime.stalls.watch_stragglers`; `decided`: the rounds this rank decided in)."""
+            rounds (`distrib.runtime.stalls.watch_stragglers`; `decided`: the rounds this rank decided in); hold
+            (float): seconds a rank waits somewhere before it counts as waiting there for the deadlock check.
+    Collectives queued and not done (NCCL's: the host goes on while its GPU waits for the other ranks; `mark_queued`):
+        queued (deque): `(position, done, since)` of each, oldest first: appended by the main thread, the done ones
+            popped by the watchdog; track_queued (bool): `mark_queued()` records CUDA events (`queue_tracking`:
+            `setup_distrib`, for a group whose CUDA backend is NCCL); queue_timeout (float): the process group's
+            timeout, after which the watchdog ends a rank whose oldest queued collective is not done."""
 
     learn: object = None
     ops: tuple = ()
@@ -86,6 +94,10 @@ class RankState:
     settled: tuple|None = None
     stall_timeout: float|None = None
     straggler: dict = field(default_factory=dict)
+    hold: float = 3.
+    queued: deque = field(default_factory=deque)
+    track_queued: bool = False
+    queue_timeout: float|None = None
 
 _STATE = RankState()
 
@@ -120,6 +132,7 @@ def doing(kind:str,        # 'setup', 'collective', 'barrier' or 'phase'
     finally:
         st.ops = prev
         if start is not None: st.waited += time.perf_counter() - start
+    if kind == 'collective' and st.track_queued: mark_queued(name, ident=ident)  # NCCL's may still be on the GPU
 
 def long_phase(name:str, # the phase in words: 'downloading the data set', "evaluating on rank 0"
               ):
@@ -173,7 +186,59 @@ def describe(p:dict)->str:
         parts.append({'setup': 'setting up the process group', 'collective': f"the collective {p['name']}",
                       'barrier': f"waiting in {p['name']}", 'phase': f"the declared long phase {p['name']!r}"
                      }.get(p['op'], p['name']))
-    return ', '.join(parts) or 'its script, outside any Learner event or distrib operation'
+    where = ', '.join(parts) or 'its script, outside any Learner event or distrib operation'
+    if p.get('queued'): where += f", queued and not done (its main thread has gone on to {p.get('main')})"
+    return where
+
+
+# %% ../../nbs/04_runtime.position.ipynb #a30e0402
+QUEUED_MAX = 1024  # collectives kept queued at most: the newest are dropped beyond (only the oldest matters)
+
+def _query(event, device:int)->bool:
+    "Whether CUDA event `event` on `device` completed, without blocking, from any thread"
+    with torch.cuda.device(device): return event.query()
+
+def mark_queued(name:str|None=None,  # the collective: 'all_reduce_sum'; None: the position says it (`sync=True`)
+                done=None,           # a function of no argument, True once it finished; None: a CUDA event's query
+                ident=None,          # what tells two instances apart, as `doing`'s
+                **pos,               # position fields to set: `event='backward', sync=True` for DDP's all-reduce
+               ):
+    """Record that this rank queued a collective that returned before it finished (see above): the watchdog shows
+    this rank waiting in it while the oldest such one is not done after `RankState.hold` seconds. With `done` None, a
+    CUDA event recorded now on the current stream says when (`torch.cuda.Event.query`, never a synchronisation),
+    and nothing is recorded unless `queue_tracking(True)` and CUDA is initialized."""
+    st = _STATE
+    if done is None:
+        if not st.track_queued or not torch.cuda.is_initialized(): return
+        event, device = torch.cuda.Event(), torch.cuda.current_device()
+        event.record()
+        done = lambda: _query(event, device)
+    if len(st.queued) >= QUEUED_MAX: return
+    p = position()
+    p.pop('phase', None)
+    p.update(pos)
+    if name is not None: p.update(op='collective', name=name, id=ident)
+    p['queued'] = True
+    st.queued.append((p, done, time.monotonic()))  # a deque: the watchdog pops from the other end
+
+def oldest_queued()->tuple|None:
+    """The oldest recorded collective not done yet, `(position, done, since)`, after dropping the done ones (the
+    watchdog's tick calls it; a `done` that raises counts as done); None when there is none"""
+    q = _STATE.queued
+    while q:
+        try: finished = q[0][1]()
+        except Exception: finished = True  # a collective that failed is over: its error reaches the main thread
+        if not finished: return q[0]
+        q.popleft()
+    return None
+
+def queue_tracking(on:bool,                # record CUDA events for collectives that NCCL queues
+                   timeout:float|None=None, # seconds after which a queued collective not done ends the rank
+                  ):
+    "Switch the recording of queued NCCL collectives on or off (`setup_distrib`), and set the process group's timeout"
+    st = _STATE
+    st.track_queued, st.queue_timeout = on, timeout
+    if not on: st.queued.clear()
 
 # %% ../../nbs/04_runtime.position.ipynb #df53b76b
 def peer_verdict(hb:dict,          # the peer's last heartbeat

@@ -9,11 +9,12 @@ from collections import deque
 from contextlib import contextmanager
 import torch
 from .errors import CollectiveTimeoutError, PeerFailedError, RanksDivergedError, blame_text
-from .position import rank_state, describe
+from .position import rank_state, describe, position
+
 
 from .liveness import (WAITING_GEN, add_check, report_failure, parse_heartbeat, main_stack,
                                       waits_for_others)
-from .waits import MISMATCH_AFTER, peer_heartbeats
+from .waits import MISMATCH_AFTER, peer_heartbeats, late_how
 
 # %% auto #0
 __all__ = ['STALL_FLOOR', 'STALL_STEPS', 'STACK_FRAMES', 'STRAGGLER_STEPS', 'STRAGGLER_RATIO', 'STRAGGLER_MARGIN',
@@ -277,15 +278,38 @@ def _stall(dog, mine:dict, age:float):
           f"distrib_ctx(stall_timeout=...) or DISTRIB_STALL_TIMEOUT ends it instead, and a long phase declared with "
           f"`with long_phase('...'):` is not a stall.\n{stacks}", file=sys.stderr, flush=True)
 
+def _queued_timeout(dog, entry:tuple, now:float):
+    """End this rank: its oldest queued collective (`entry`, `mark_queued`) has not finished within the process
+    group's timeout (`RankState.queue_timeout`). The `CollectiveTimeoutError` names the ranks not in it (one read of
+    the heartbeats), before NCCL's own watchdog aborts the waiting ranks without a word (its timeout has a grace)."""
+    st, me = rank_state(), dog.world.rank
+    pos, _, since = entry
+    hbs = peer_heartbeats([r for r in range(dog.world.world_size) if r != me], dog.store)
+    late = {r: hb for r, hb in hbs.items() if _key(hb.get('pos') or {}) != _key(pos)}
+    blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos') or {})} for r, hb in late.items()}
+    who = blame_text(blame) or "every rank is in it (a network, or NCCL's communicator, that no longer moves?)"
+    err = CollectiveTimeoutError(
+        f"{describe(dict(pos, queued=False))} timed out on rank {me} after {now - since:.0f} s, queued while its main "
+        f"thread went on (it is in {describe(position())}): {who}. A collective waits at most the process group's "
+        f"timeout ({st.queue_timeout:.0f} s; distrib_ctx(timeout=...) or setup_distrib(timeout=...)); a rank that "
+        "legitimately keeps the others waiting longer declares it with `with long_phase('...'):`", blame,
+        pos.get('name'))
+    report_failure(err, store=dog.store, tb_text=f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread)\n"
+                   f"Rank {me}'s main thread (innermost last):\n{main_stack(STACK_FRAMES)}")
+    dog.end(err)
+
 def watch(dog,        # the rank's `_Watchdog`, after its tick's store calls
           now:float,  # `time.monotonic()` of this tick
          ):
     """The watchdog's check of deadlocks and stalls, each tick: reports (or ends) a stall of this rank while others
     wait (the `waiting` counter says some do); on rank 0, the examination of a job whose every rank waits
-    (`examine`)"""
+    (`examine`); ends this rank when its oldest queued collective (`mark_queued`) outlived the group's timeout"""
     st = rank_state()
     mine, age = dog.pos, now - dog.pos_since
     note_step(mine, now)
+    st.hold = max(MISMATCH_AFTER, 2*median_step())
+    q = st.queued
+    if q and st.queue_timeout and now - q[0][2] >= st.queue_timeout: return _queued_timeout(dog, q[0], now)
     if not waits_for_others(mine) and not (st.left and not mine.get('event')): _stall(dog, mine, age)
     if dog.world.rank == 0 and not dog.ending: examine(dog, now)
 

@@ -14,7 +14,7 @@ from .liveness import (INTERVAL, GRACE, running, parse_heartbeat, job_failure, b
                                       heartbeat_where)
 
 # %% auto #0
-__all__ = ['MISMATCH_AFTER', 'LONG_WAIT', 'peer_heartbeats', 'store_barrier', 'announce', 'wait_for', 'agree_cancel',
+__all__ = ['MISMATCH_AFTER', 'LONG_WAIT', 'peer_heartbeats', 'late_how', 'store_barrier', 'announce', 'wait_for', 'agree_cancel',
            'explain_failure']
 
 # %% ../../nbs/06_runtime.waits.ipynb #3acf805b
@@ -30,7 +30,7 @@ def peer_heartbeats(ranks, store=None)->dict:
     if not store.check([f'hb/{r}' for r in ranks]): ranks = [r for r in ranks if store.check([f'hb/{r}'])]
     return {r: parse_heartbeat(v) for r, v in zip(ranks, store.multi_get([f'hb/{r}' for r in ranks]))} if ranks else {}
 
-def _late_how(hb:dict)->str:
+def late_how(hb:dict)->str:
     "How a rank that did not arrive, of heartbeat `hb`, spends its time, in words"
     how = f"did not arrive: it is alive and has been there for at least {hb.get('age', 0):.0f} s"
     if hb.get('pos', {}).get('phase'):
@@ -105,7 +105,7 @@ def _stall_check(pending, what:str, stall_after:float|None, start:float, ranks=N
         if any(hb.get('pos', {}).get('phase') for hb in late.values()): return now + stall_after
         stuck = min(now - start, min(hb.get('age', 0) for hb in late.values()))
         if stuck < stall_after: return now + max(stall_after - stuck, INTERVAL)
-        blame = {r: {'how': _late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()}
+        blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()}
         raise CollectiveTimeoutError(
             f"{what} timed out on rank {w.rank} after {now - start:.0f} s: {blame_text(blame)}. A rank that "
             f"legitimately keeps the others waiting longer than the process group's timeout ({stall_after:.0f} s) "
@@ -226,8 +226,9 @@ def explain_failure(e:BaseException,          # an exception this rank raised
                  for r, hb in late.items()}
         return PeerFailedError(f"{op} failed on rank {w.rank}{at} after {waited:.0f} s: {blame_text(blame)}",
                                blame, op, caller)
-    blame = {r: {'how': _late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()}
+    blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()}
     return CollectiveTimeoutError(
+
         f"{op} timed out on rank {w.rank}{at} after {timeout:.0f} s in {describe(mine)}: "
         f"{blame_text(blame)}. A collective waits at most the process group's timeout ({timeout:.0f} s; "
         f"distrib_ctx(timeout=...) or setup_distrib(timeout=...)); a rank that legitimately keeps the others waiting "

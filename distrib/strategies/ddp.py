@@ -14,7 +14,7 @@ from torch.utils.data import IterableDataset
 from fastcore.basics import noop
 from ..runtime.world import World, current_world, pg_initialized
 from ..runtime.group import ensure_distrib
-from ..runtime.position import rank_state, track, doing
+from ..runtime.position import rank_state, track, doing, mark_queued
 from ..runtime.stalls import StepTimer, straggler_steps, straggler_ratio
 from ..data import DataLoaders, DistributedDL, IterableShards
 from ..callback.core import Callback
@@ -201,6 +201,8 @@ class DistributedTrainer(Callback):
         check_models(model)  # before DDP: its broadcast of different dtypes would abort the process
         with doing('collective', "DistributedDataParallel's construction"):
             ddp = DistributedModule(model, device_ids=device_ids, **self.ddp_kwargs)
+        self.forward_collective = ("DistributedDataParallel's buffer broadcast in forward" if ddp.broadcast_buffers
+                                   and any(True for _ in model.buffers()) else None)
         _register_comm_hook(ddp, self.comm_hook, self.comm_hook_state)
         return ddp
 
@@ -228,6 +230,8 @@ class DistributedTrainer(Callback):
         self.model = self.inner = self.dls = self.wrapped = None
 
     time_steps = True  # the straggler check's timing (`FSDPTrainer`: off, its forward waits in all-gathers)
+    forward_collective = None  # the forward's collective that NCCL may leave queued (DDP's buffer broadcast)
+    backward_collective = dict(event='backward', sync=True)  # the backward's: DDP's all-reduce of gradients
 
     def before_fit(self):
         """Check that every rank agrees on what it will run (`preflight_check`); time each rank's own work per step
@@ -245,9 +249,15 @@ class DistributedTrainer(Callback):
     def before_backward(self):
         "Backward starts (DDP's all-reduce of gradients waits in it), for the straggler check's timer"
         if rank_state().timer is not None: rank_state().timer.before_backward()
+    def after_pred(self):
+        "The forward's collective may still be queued on the GPU (NCCL): followed by the watchdog (`mark_queued`)"
+        if self.forward_collective: mark_queued(self.forward_collective)
     def after_backward(self):
-        "Backward ended, for the straggler check's timer"
+        """Backward ended, for the straggler check's timer; its gradient all-reduce may still be queued on the GPU
+        (NCCL): followed by the watchdog (`mark_queued`)"""
         if rank_state().timer is not None: rank_state().timer.after_backward()
+        if getattr(self.learn.model, 'require_backward_grad_sync', True): mark_queued(**self.backward_collective)
+
 
     def after_batch(self):
         "The end of a training step, for the straggler check's timer"
