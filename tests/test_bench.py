@@ -1,4 +1,5 @@
-"bench/overhead.py: its loops compute what they claim, and the script runs end to end (figures printed, not judged)"
+"""bench/overhead.py: its loops compute what they claim, and the script runs end to end (figures printed, not judged);
+bench/liveness_scale.py: its simulation runs, and a rank's store calls do not grow with the world size."""
 import importlib.util, json, subprocess, sys
 import pytest, torch
 from torch.nn import functional as F
@@ -60,3 +61,21 @@ def test_one_process_sections_refused(script, args, says):
     r = subprocess.run([sys.executable, str(ROOT/'bench'/script), *args], capture_output=True, text=True, timeout=120,
                        cwd=ROOT)
     assert r.returncode == 2 and r.stdout == '' and says in r.stderr, (r.returncode, r.stdout, r.stderr)
+
+def test_liveness_scale_constant_per_rank():
+    """bench/liveness_scale.py at W = 8 and 64 (simulated ranks and clock, a few seconds): each role of each phase
+    makes as many store calls at 64 ranks as at 8, two per second in every phase a job spends time in (training,
+    waiting in a collective, a barrier, rank0_first, agree_cancel); an incident's calls per rank do not grow either"""
+    r = subprocess.run([sys.executable, str(ROOT/'bench'/'liveness_scale.py'), '--worlds', '8', '64', '--no-capacity'],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])['phases']
+    steady = ('training', 'waiting in a collective', 'waiting in a store barrier', "waiting for rank 0's status",
+              'in agree_cancel')
+    assert all(any(ph.startswith(s) for ph in res) for s in steady), list(res)
+    for ph, by_w in res.items():
+        for role, small in by_w['8']['roles'].items():
+            big = by_w['64']['roles'][role]
+            assert small['calls'] == big['calls'], (ph, role, small, big)
+            if ph.startswith(steady): assert small['calls'] == 2.0, (ph, role, small)
+    assert res['a failure being reported (per incident)']['64']['roles']['launcher']['calls'] == 4, res

@@ -125,17 +125,22 @@ DEADLOCKS = {'caught_gather': 'in the collective gather_object', 'caught_sleep':
 def test_deadlock_ends_in_seconds(mode, slow_runs):
     """A caught one-rank error: DDP raises on rank 1 only (the model's branch ran on rank 0's data only), the script
     catches it outside distrib_ctx and goes on (to a gather_object, or to sleep) while rank 0 waits in the gradient
-    all-reduce. Rank 0's watchdog sees that no rank can ever move and ends the job within seconds (the collective
-    timeout is 60 s), naming both positions and the exception that started it, with rank 0's stack"""
+    all-reduce. Rank 0's watchdog sees that no rank can ever move and publishes one verdict within seconds (the
+    collective timeout is 60 s), naming rank 1 as its cause: the launcher's first line names rank 1 with the exception
+    that started it and distrib's hint; rank 0 ends blaming rank 1, with both positions and its stack"""
     r, secs = slow_runs[mode]
     report(f'{mode}: a caught one-rank error, then a deadlock', secs)
     s = summary(r)
     assert r.returncode == 1, s + r.stderr[-3000:]
-    assert s.startswith("distrib.launch: rank 0 failed (exit code 1): RanksDivergedError: rank 0 waits in backward "
-                        "(DDP's all-reduce of gradients) (epoch 0, training batch 3), but rank 1 left distrib_ctx by "
-                        "an exception, so it never joins this collective of the context's loop; it is now "
-                        + DEADLOCKS[mode]), s
-    assert f"It started when rank 1 left distrib_ctx by {CAUGHT}" in s and CAUGHT_AT in s, s
+    assert s.startswith(f"distrib.launch: rank 1 failed (exit code 1): {CAUGHT}"), s
+    first = r.stderr[r.stderr.index('distrib.launch: rank 1 failed'):].split('distrib.launch:   then')[0]
+    assert 'Pass find_unused_parameters=True to learn.distrib_ctx()' in first, first  # distrib's hint
+    assert first.rstrip().endswith("(in the batch (forward and loss) (epoch 0, training batch 4))"), first
+    assert 'then rank 0 ended (exit code 1): PeerFailedError: stopped because of rank 1' in s, s
+    assert ("rank 0 waits in backward (DDP's all-reduce of gradients) (epoch 0, training batch 3), but rank 1 left "
+            "distrib_ctx by an exception, so it never joins this collective of the context's loop; it is now "
+            + DEADLOCKS[mode]) in r.stderr, r.stderr[-3000:]
+    assert f"It started when rank 1 left distrib_ctx by {CAUGHT}" in r.stderr and CAUGHT_AT in r.stderr, r.stderr
     assert "Rank 0's main thread (innermost last):" in r.stderr and 'in _backward' in r.stderr, r.stderr[-3000:]
     assert secs < 15, secs
     assert not orphans(r.tag), orphans(r.tag)

@@ -429,7 +429,9 @@ def _run(args, verbose:bool):
             with reaping_stopped_children(), _our_agent():
                 elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
         except ChildFailedError as e:  # the positions the ranks last published, read while this process's store lives
-            if store is not None: e.positions = last_positions(store, config.max_restarts)
+            if store is not None:  # one multi_get of the ranks' heartbeats, one of what they entered last
+                e.positions = last_positions(store, config.max_restarts, config.max_nodes * config.nproc_per_node)
+
             raise
 
 def main(argv:list|None=None)->int:

@@ -33,9 +33,15 @@ def localhost_store(port:int=0, what:str='--master_port')->dist.TCPStore:
     shared with the other stores of this process on that port (`multi_tenant=True`). Raises `LaunchError` naming
     option `what` when the port is in use."""
     sock = listen_socket('127.0.0.1', port, what)
-    try: store = dist.TCPStore('127.0.0.1', sock.getsockname()[1], None, True, datetime.timedelta(seconds=60),
-                               wait_for_workers=False, multi_tenant=True, master_listen_fd=sock.fileno(),
-                               use_libuv=False)  # libuv's server takes no socket on torch 2.6, 2.7
+    try:
+        for libuv in (True, False):  # libuv's server; the older one where this torch was built without libuv
+            try: store = dist.TCPStore('127.0.0.1', sock.getsockname()[1], None, True, datetime.timedelta(seconds=60),
+                                       wait_for_workers=False, multi_tenant=True, master_listen_fd=sock.fileno(),
+                                       use_libuv=libuv)
+            except (NotImplementedError, RuntimeError):
+                if not libuv: raise
+                continue
+            break
     except BaseException: sock.close(); raise
     sock.detach()  # the store's server owns the socket now, and closes it
     return store

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from .world import World, WorldError, current_world, pg_initialized
 from .errors import PeerFailedError
-from .position import doing, long_phase
+from .position import doing, long_phase, queue_tracking
 from .liveness import start_liveness, set_group_state, running as liveness_running
 from .waits import store_barrier, announce, wait_for
 from .stalls import watch_stalls
@@ -79,6 +79,12 @@ def _init_method(world:World)->str:
                          f"port) for every task{how}, or start one `python -m distrib.launch` per node")
     return f'tcp://{world.master_addr}:{world.master_port}'
 
+def _queues_on_gpu()->bool:
+    """True when the default group's CUDA collectives go through NCCL, which returns once they are queued on the GPU:
+    then the watchdog follows them (`distrib.runtime.position.mark_queued`)"""
+    try: return group_backend('cuda') == 'nccl'
+    except (RuntimeError, ValueError): return False  # no group
+
 def _use_device(device:torch.device|None, world:World):
     "Make `rank_device(device, world)` this process's current CUDA device when it is one"
     d = rank_device(device, world)
@@ -131,6 +137,7 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
         raise
     set_group_state('joined')
     _State.timeout = timeout
+    queue_tracking(_queues_on_gpu(), timeout.total_seconds())  # NCCL's collectives return before they are done
     if not _State.at_exit: atexit.register(_teardown_at_exit); _State.at_exit = True
     return True
 
@@ -170,10 +177,12 @@ def distrib_timeout(timeout:float|datetime.timedelta|None, # seconds; None leave
                            "timeout when the group is created: setup_distrib(timeout=...) before anything else")
     old = _State.timeout
     setter(timeout); _nccl_backstop(timeout); _State.timeout = timeout
+    queue_tracking(_queues_on_gpu(), timeout.total_seconds())
     try: yield
     finally:
         if pg_initialized(): setter(old); _nccl_backstop(old)
         _State.timeout = old if pg_initialized() else None
+        queue_tracking(pg_initialized() and _queues_on_gpu(), old.total_seconds() if pg_initialized() else None)
 
 # %% ../../nbs/08_runtime.group.ipynb #2076b3f0
 def group_timeout()->float:
@@ -210,6 +219,8 @@ def teardown_distrib(barrier:bool|None=None, # wait for every rank first; None: 
     dist.destroy_process_group()
     set_group_state('left')
     _State.timeout = None
+    queue_tracking(False)
+
 
 class _Exit:
     "Whether this process is ending on an error (`skip_exit_barrier`): the teardown at exit then skips the barrier"

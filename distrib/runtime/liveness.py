@@ -4,18 +4,19 @@
 
 # %% ../../nbs/05_runtime.liveness.ipynb #c6a5e511
 from __future__ import annotations
-import os, sys, json, time, atexit, datetime, threading
+import os, sys, json, time, atexit, datetime, threading, traceback
+from collections import deque
 import torch.distributed as dist
 from .world import World, current_world
-from .errors import PeerFailedError, ErrorRecord, blame_text
+from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
-from .position import position, describe, peer_verdict
-from .position import _Here  # where this rank is: the runtime's shared state, one object in issue 30
+from .position import rank_state, reset_rank_state, position, describe, peer_verdict, oldest_queued
 
 # %% auto #0
-__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'liveness_timeout', 'running', 'remember_position', 'where_now',
-           'heartbeat_where', 'blame_of', 'job_failure', 'report_failure', 'settle', 'parse_heartbeat', 'add_check',
-           'start_liveness', 'reset_liveness', 'script_ended', 'set_group_state', 'stop_liveness']
+__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'WAITING_GEN', 'COUNTERS', 'liveness_timeout', 'running',
+           'remember_position', 'where_now', 'heartbeat_where', 'blame_of', 'job_failure', 'report_failure', 'settle',
+           'parse_heartbeat', 'add_check', 'main_stack', 'waits_for_others', 'start_liveness', 'reset_liveness',
+           'script_ended', 'set_group_state', 'stop_liveness']
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9e9e7210
 INTERVAL = 1.0                   # seconds between two heartbeats of a rank (and two checks of its watchdog)
@@ -34,46 +35,49 @@ def liveness_timeout()->float:
     return t
 
 # %% ../../nbs/05_runtime.liveness.ipynb #26e0118d
-class _Job:
-    "This process's link to the job's store (`start_liveness`)"
-    world = None        # the World it was started for
-    main = None         # the main thread's client of the store (the watchdog thread has its own)
-    dog = None          # the watchdog thread
-    record_path = None  # where this process's ErrorRecord goes; None: TORCHELASTIC_ERROR_FILE
-    addr = None         # 'host:port' of the store
-
 _LOCK = threading.Lock()
 
 def running()->bool:
     "True when this process publishes heartbeats and watches its peers (`start_liveness` succeeded)"
-    return _Job.dog is not None and _Job.dog.is_alive()
+    dog = rank_state().dog
+    return dog is not None and dog.is_alive()
 
 def remember_position(e:BaseException|None=None, # the exception leaving `distrib_ctx`, published in the heartbeat
                      ):
     """Note where the main thread is, for the report of the exception `e` now leaving `distrib_ctx` (`where_now`);
-    the heartbeat then says that this rank left the context by `e`, and where (the peers' deadlock check reads it)"""
-    _Here.failed_at = describe(position())
-    if e is not None: _Here.left = {'error': f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0][:200]}",
-                                    'where': _Here.failed_at}
+    the heartbeat then says that this rank left the context by `e`, and where (rank 0's deadlock check reads it),
+    and the state keeps `e` and its traceback: what this rank reports when a verdict names it as the deadlock's
+    cause"""
+    st = rank_state()
+    st.failed_at = describe(position())
+    if e is not None:
+        st.left = {'error': f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0][:200]}", 'where': st.failed_at}
+        st.left_error = (e, ''.join(traceback.format_exception(type(e), e, e.__traceback__)))
 
 def where_now()->str|None:
     "Where this rank is, in words; where it was when an exception left `distrib_ctx`, if one did; None: nowhere known"
     p = position()
-    return _Here.failed_at or (describe(p) if p else None)
+    return rank_state().failed_at or (describe(p) if p else None)
 
 def heartbeat_where(hb:dict)->str|None:
     "Where heartbeat `hb` says its rank is, in words; None when it says nothing"
     return describe(hb['pos']) if hb.get('pos') else None
 
 def blame_of(info:dict)->dict:
-    "The ranks a published failure summary `info` blames: its own blame, or its rank and what it raised"
+    "The ranks a published failure summary or verdict `info` blames: its own blame, or its rank and what it raised"
     if info.get('blame'): return {int(r): b for r, b in info['blame'].items()}
     if info.get('rank') is None: return {}
     return {int(info['rank']): {'how': f"failed ({info.get('summary')})", 'where': info.get('where')}}
 
-def job_failure(store)->dict|None:
-    "The summary of the job's first failure (`{'rank', 'kind', 'summary', 'blame', 'where'}`); None when none"
-    if store is None or int(store.add('failures', 0)) == 0: return None
+def job_failure(store,             # a client of the job's store (liveness's prefix)
+                n:int|None=None,   # the job's `failures` counter when known (the watchdog's tick reads it)
+               )->dict|None:
+    """The summary of the job's first failure (`{'rank', 'kind', 'summary', 'blame', 'where'}`) or verdict
+    (`{'kind': 'verdict', 'rank': None, 'why', 'cause', 'blame', 'odd', 'text', 'where'}`); None when there is none.
+    Without `n`, one `add` reads the counter; then a `wait` and a `get` read the first record."""
+    if store is None: return None
+    if n is None: n = int(store.add('failures', 0))
+    if n == 0: return None
     try: store.wait(['failure/1'], datetime.timedelta(seconds=2))  # reported, its summary about to be written
     except Exception: return {'rank': None, 'summary': 'a failure whose report did not complete'}  # the reporter died
     return json.loads(store.get('failure/1'))
@@ -86,15 +90,16 @@ def report_failure(e:BaseException,         # the exception this rank fails with
     """Report this rank's failure `e`: its number in the job's order of failures, its `ErrorRecord` (with its
     position) in `path`, then its summary in the job's store for the other ranks. Without a job store, only the
     record (`seq` None). Only the first call of a process reports."""
+    st = rank_state()
     with _LOCK:
-        if _Here.reported: return None
-        _Here.reported = True
-    store = _Job.main if store is None else store
+        if st.reported: return None
+        st.reported = True
+    store = st.main if store is None else store
     seq, where = None, where_now()
     try: seq = int(store.add('failures', 1)) if store is not None else None
     except Exception: pass  # the store is gone: the record is still written, without its place in the job's order
     rec = ErrorRecord.from_exception(e, tb_text=tb_text, position=where, seq=seq)
-    path = path or _Job.record_path or os.environ.get('TORCHELASTIC_ERROR_FILE')
+    path = path or st.record_path or os.environ.get('TORCHELASTIC_ERROR_FILE')
     if path: rec.write(path)
     if seq is not None:
         blame = rec.blame if rec.kind in ('peer', 'stall') else None  # a cause blames itself
@@ -107,49 +112,75 @@ def report_failure(e:BaseException,         # the exception this rank fails with
 def settle(rec:ErrorRecord|None):
     """After reporting `rec`: when it is a consequence (a stall, a lost peer) reported before any cause, wait up to
     `GRACE` seconds for another rank's report, so that a launcher stopping the job when this rank exits finds the
-    cause's record in place"""
-    if rec is None or rec.kind not in ('peer', 'stall') or rec.seq != 1 or _Job.main is None: return
-    end = time.monotonic() + GRACE
-    while time.monotonic() < end:
-        try:
-            if int(_Job.main.add('failures', 0)) > 1: return
-        except Exception: return  # no store, no other report to wait for
-        time.sleep(0.05)
+    cause's record in place: one server-side `wait` for the second record, no polling"""
+    st = rank_state()
+    if rec is None or rec.kind not in ('peer', 'stall') or rec.seq != 1 or st.main is None: return
+    try: st.main.wait(['failure/2'], datetime.timedelta(seconds=GRACE))
+    except Exception: pass  # no other report within GRACE (or no store): go on
 
 # %% ../../nbs/05_runtime.liveness.ipynb #01563515
+WAITING_GEN = 1 << 20  # the `waiting` counter: the ranks waiting in its low 20 bits, how often one stopped above
+
 def parse_heartbeat(raw:bytes)->dict:
     "A heartbeat read from the store; {} for one that is not a JSON object (never a reason to stop a rank)"
     try: hb = json.loads(raw)
     except ValueError: return {}
     return hb if isinstance(hb, dict) else {}
 
-_CHECKS = []  # more checks of a tick, `check(watchdog, now)`, once its peers are known alive (`add_check`)
-
 def add_check(check):
-    """Have the watchdog call `check(watchdog, now)` at each tick, once its peers are known alive (the deadlock and
-    stall checks: `distrib.runtime.stalls.watch_stalls`); a check already added is not added twice"""
-    if check not in _CHECKS: _CHECKS.append(check)
+    """Have the watchdog call `check(watchdog, now)` at each tick, after its store calls (the deadlock, stall and
+    straggler checks: `distrib.runtime.stalls.watch_stalls`); a check already added is not added twice"""
+    st = rank_state()
+    if check not in st.checks: st.checks = st.checks + (check,)
+
+def main_stack(limit:int=12, # the innermost frames to keep
+              )->str:        # the frames as `traceback.format_stack` writes them, innermost last
+    "The Python stack of this process's main thread now, read from any thread; '' when it has none"
+    f = sys._current_frames().get(threading.main_thread().ident)
+    return '' if f is None else ''.join(traceback.format_stack(f)[-limit:])
+
+def waits_for_others(p:dict)->bool:
+    "True when position `p` waits for other ranks: in a collective (or its set-up), DDP's gradient sync, a barrier"
+    return p.get('op') in ('collective', 'setup', 'barrier') or bool(p.get('sync'))
 
 class _Watchdog(threading.Thread):
-    "This rank's heartbeat and watchdog: a daemon thread with its own client of the job's store"
+    """This rank's heartbeat and watchdog: a daemon thread with its own client of the job's store, two calls per
+    tick (the heartbeat's `set`, then one read or one write; see the section above), then the checks of
+    `RankState.checks`, each `check(watchdog, now)`"""
     def __init__(self, store, world:World, timeout:float):
         super().__init__(name='distrib-liveness', daemon=True)
         self.store, self.world, self.timeout = store, world, timeout
         n = world.world_size
-        self.peers = [(world.rank + i) % n for i in range(1, min(n, 5))]  # the next 4 ranks on a ring
-        self.me, self.known, self.seen = identity(), set(), {}
+        self.ring = [(world.rank + i) % n for i in range(1, n)]  # it watches the first of these not gone cleanly
+        self.watched, self.known, self.seen = (self.ring[0] if self.ring else None), False, None
+        self.me, self.counted, self.failures = identity(), False, 0
         self.beat, self.last, self.unreachable, self.ending = 0, None, None, False
         self.pos, self.pos_key, self.pos_since = {}, None, time.monotonic()
+        self.values, self.fresh, self.wanted, self.todo = {}, False, {}, deque()
         self.halt = threading.Event()
 
+    def want(self, *keys:str):
+        "Read `keys` (keys that exist) in the next tick's `multi_get`; their values are then in `self.values`"
+        for k in keys: self.wanted[k] = None
+
+    def later(self, write):
+        "Make `write(store)`, one store call, the second call of a coming tick, in place of its read (in order)"
+        self.todo.append(write)
+
     def heartbeat(self, now:float)->dict:
-        "This rank's heartbeat now; notes when its position last changed"
-        p = position()
+        """This rank's heartbeat now; notes when its position last changed. The oldest collective queued and not
+        done after the hold (`RankState.hold`; NCCL's, `mark_queued`) is its position, the main thread's after it"""
+
+        st, p, since = rank_state(), position(), now
+        q = oldest_queued()
+        if q is not None and now - q[2] >= st.hold: p, since = dict(q[0], main=describe(p)), q[2]
         key = json.dumps(p, sort_keys=True)
-        if key != self.pos_key: self.pos, self.pos_key, self.pos_since = p, key, now
+        if key != self.pos_key: self.pos, self.pos_key, self.pos_since = p, key, since
+
         self.beat += 1
-        return dict(self.me, beat=self.beat, state=_Here.state, code=_Here.code, group=_Here.group, pos=p,
-                    age=round(now - self.pos_since, 1), cancels=_Here.cancels, left=_Here.left, colls=_Here.colls)
+        return dict(self.me, beat=self.beat, state=st.state, code=st.code, group=st.group, pos=p,
+                    age=round(now - self.pos_since, 1), cancels=st.cancels, barriers=st.barriers, left=st.left,
+                    colls=st.colls)
 
     def run(self):
         while not self.halt.is_set():
@@ -163,57 +194,122 @@ class _Watchdog(threading.Thread):
                 if now - self.unreachable > self.timeout: self.store_lost(e)
             self.halt.wait(INTERVAL)
 
+    def blocked(self, now:float)->bool:
+        """Whether this rank counts itself in `waiting`: it waits for others at the position it had a tick ago, or it
+        left distrib_ctx by an exception and is outside the Learner's loop"""
+        p = self.pos
+        if rank_state().left and not p.get('event'): return True
+        return waits_for_others(p) and now - self.pos_since >= 0.9 * INTERVAL
+
     def tick(self):
         now = time.monotonic()
-        if self.last is not None and now - self.last > 3*INTERVAL:  # this process was suspended or starved:
-            self.seen = {r: (b, now) for r, (b, _) in self.seen.items()}  # every peer gets a fresh window
+        if self.last is not None and now - self.last > 3*INTERVAL and self.seen is not None:
+            self.seen = (self.seen[0], now)  # this process was suspended or starved: its peer gets a fresh window
         self.last = now
-        self.store.set(f'hb/{self.world.rank}', json.dumps(self.heartbeat(now)))
+        st, r = rank_state(), self.world.rank
+        hb, self.fresh = json.dumps(self.heartbeat(now)), False
+        if self.ending: self.store.set(f'hb/{r}', hb); return
+        blocked = self.blocked(now)
+        if blocked != self.counted:  # the second call: this rank counts itself in `waiting`, or no more
+            if blocked: self.store.multi_set([f'hb/{r}', f'stack/{r}'], [hb, main_stack()])  # its stack, once a wait
+            else: self.store.set(f'hb/{r}', hb)
+            st.waiting = int(self.store.add('waiting', 1 if blocked else WAITING_GEN - 1))
+            self.counted = blocked
+        else:
+            self.store.set(f'hb/{r}', hb)
+            if self.todo: self.todo.popleft()(self.store)
+            else: self.read(now)
         if self.ending: return
-        info = job_failure(self.store)
-        if info is not None: return self.job_failed(info)
-        for r in self.peers:
-            if r not in self.known and self.store.check([f'hb/{r}']): self.known.add(r)
-        peers = [r for r in self.peers if r in self.known]
-        if not peers: return
-        me = {'group': _Here.group, 'state': _Here.state}
-        for r, raw in zip(peers, self.store.multi_get([f'hb/{r}' for r in peers])):
-            hb = parse_heartbeat(raw)
-            beat, since = self.seen.get(r, (None, now))
-            if hb.get('beat') != beat: self.seen[r], since = (hb.get('beat'), now), now
-            how = peer_verdict(hb, now - since, me, self.timeout, proc_state(hb, self.me))
-            if how is not None and hb.get('state') != 'exited':  # it may have said goodbye since: read it again
-                hb = parse_heartbeat(self.store.get(f'hb/{r}'))
-                how = peer_verdict(hb, now - since, me, self.timeout, proc_state(hb, self.me))
-            if how is not None: return self.peer_failed(r, how, hb)
-        for check in _CHECKS: check(self, now)  # distrib.runtime.stalls: deadlocks and stalls
+        for check in st.checks: check(self, now)
+
+    def read(self, now:float):
+        "The tick's read: the job's counters, the watched rank's heartbeat, the keys the checks want; then the verdicts"
+        st = rank_state()
+        wanted, self.wanted = list(self.wanted), {}
+        keys = ['failures', 'waiting', 'straggler'] + ([f'hb/{self.watched}'] if self.known else []) + wanted
+        self.values, self.fresh = dict(zip(keys, self.store.multi_get(keys))), True
+        n, st.waiting = int(self.values['failures']), int(self.values['waiting'])
+        if n > self.failures:
+            self.failures = n
+            return self.job_failed(job_failure(self.store, n))
+        if self.watched is None: return
+        if not self.known: self.known = self.store.check([f'hb/{self.watched}'])  # until its first heartbeat
+        else: self.watch(parse_heartbeat(self.values[f'hb/{self.watched}']), now)
+
+    def watch(self, hb:dict, now:float):
+        "The verdict on the watched rank from its heartbeat `hb`: report it if it failed this rank"
+        beat, since = self.seen if self.seen is not None else (None, now)
+        if hb.get('beat') != beat: beat, since = hb.get('beat'), now
+        self.seen = (beat, since)
+        st = rank_state()
+        me = {'group': st.group, 'state': st.state}
+        how = peer_verdict(hb, now - since, me, self.timeout, proc_state(hb, self.me))
+
+        if how is not None: return self.peer_failed(self.watched, how, hb)
+        if hb.get('state') == 'exited' and self.watched != self.ring[-1]:  # it said goodbye: watch the next one
+            self.watched, self.known, self.seen = self.ring[self.ring.index(self.watched) + 1], False, None
 
     def peer_failed(self, r:int, how:str, hb:dict):
         "Peer `r` (last heartbeat `hb`) failed this rank: report it and end"
         blame = {r: {'how': how, 'where': heartbeat_where(hb)}}
         self.end(PeerFailedError(f"rank {self.world.rank} stops: {blame_text(blame)} (its last heartbeat)", blame))
 
+    def wake_main(self, info:dict):
+        "Give the main thread the job's failure `info`, waking it when it waits in a distrib barrier"
+        st = rank_state()
+        st.failure = info
+        key = st.wait_key  # read after `failure` is set; the main thread sets `wait_key` before reading `failure`
+        if key is not None:
+            try: self.store.set(key, 'failed')
+            except Exception: pass  # the store is gone: the main thread's wait fails by itself
+
     def job_failed(self, info:dict):
-        "The job failed (summary `info` of its first failure): end this rank, unless the failure is its own"
-        if info.get('rank') == self.world.rank: return self.linger()
+        """The job failed (summary `info` of its first failure, or a verdict): end this rank, unless the failure is
+        its own, or the verdict names it as the cause (it then reports its own error: `caused`)"""
+        self.wake_main(info)
+        r = self.world.rank
+        if info.get('rank') == r: return self.linger()
+        if info.get('kind') == 'verdict':
+            if info.get('cause') == r: return self.caused(info)
+            return self.end(PeerFailedError(f"rank {r} stops: {info.get('text')}", blame_of(info)), stack=True)
         blame = blame_of(info)
         why = blame_text(blame) or info.get('summary')
-        self.end(PeerFailedError(f"rank {self.world.rank} stops because the job failed: {why}", blame))
+        self.end(PeerFailedError(f"rank {r} stops because the job failed: {why}", blame))
+
+    def caused(self, info:dict):
+        """A verdict names this rank as the cause: it reports the exception that left distrib_ctx when that started
+        the deadlock; else its main thread raises its own error when it waits in a distrib barrier (woken by
+        `wake_main`), or this rank reports the verdict as its own `RanksDivergedError`; then it ends"""
+        st, r = rank_state(), self.world.rank
+        if info.get('why') == 'left' and st.left_error is not None: err, tb = st.left_error
+        elif st.wait_key is not None: return self.linger()
+        else:
+            err = RanksDivergedError(info.get('text') or 'the ranks diverged', blame_of(info))
+            tb = (f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread)\nRank {r}'s main thread "
+                  f"(innermost last):\n{main_stack()}")
+        self.ending = True
+        report_failure(err, store=self.store, tb_text=tb)
+        if self.halt.wait(GRACE): return
+        exit_now(1, f"distrib: rank {r}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
 
     def store_lost(self, e:Exception):
         "The job's store has been unreachable for the liveness timeout"
         host = 'the launcher (torchrun\'s agent)' if self.world.env == 'torchelastic' else 'rank 0'
         blame = {} if self.world.env == 'torchelastic' else {0: {'how': 'hosts the job\'s store, which is gone'}}
-        self.end(PeerFailedError(f"rank {self.world.rank} stops: the job's store at {_Job.addr} has been unreachable "
-                                 f"for {self.timeout:.0f} s, so {host} is gone ({type(e).__name__}: {e})", blame))
+        self.end(PeerFailedError(f"rank {self.world.rank} stops: the job's store at {rank_state().addr} has been "
+                                 f"unreachable for {self.timeout:.0f} s, so {host} is gone ({type(e).__name__}: {e})",
+                                 blame))
 
-    def end(self, err:PeerFailedError):
-        """Report `err` for this rank, give the main thread GRACE seconds to end by itself, then end the process.
-        When the main thread reaches `stop_liveness` first (its script ended as the peer failed), return instead:
-        the process ends with the script's own exit code, and the failed peer's stays the job's."""
+    def end(self, err:PeerFailedError, stack:bool=False):
+        """Report `err` for this rank (with its main thread's stack if `stack`), give the main thread GRACE seconds
+        to end by itself, then end the process. When the main thread reaches `stop_liveness` first (its script ended
+        as the peer failed), return instead: the process ends with the script's own exit code, and the failed
+        peer's stays the job's."""
         self.ending = True
+        r = self.world.rank
+        main = f"Rank {r}'s main thread (innermost last):\n{main_stack()}" if stack else ''
         report_failure(err, store=self.store, tb_text=f"{type(err).__name__}: {err}\n(raised by distrib's watchdog "
-                       f"thread; the main thread was in {describe(position())})\n")
+                       f"thread; the main thread was in {describe(position())})\n{main}")
         if self.halt.wait(GRACE): return
         exit_now(1, f"distrib: {err}")
 
@@ -222,10 +318,12 @@ class _Watchdog(threading.Thread):
         main thread reaches `stop_liveness` (its teardown is over), so that the process ends with its own code"""
         self.ending = True
         if self.halt.wait(3*GRACE): return
-        exit_now(_Here.code or 1, f"distrib: rank {self.world.rank} is still running {3*GRACE:.0f} s after "
+        exit_now(rank_state().code or 1, f"distrib: rank {self.world.rank} is still running {3*GRACE:.0f} s after "
                                          f"it failed (a hung teardown?): ending it")
 
 # %% ../../nbs/05_runtime.liveness.ipynb #fd569f71
+COUNTERS = ('failures', 'waiting', 'straggler')  # the job's counters, which every watchdog tick reads
+
 def _connect(host:str, port:int, prefix:str)->dist.Store:
     "A new client of the TCP store at `host:port`, its keys under `prefix`"
     s = dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
@@ -233,7 +331,8 @@ def _connect(host:str, port:int, prefix:str)->dist.Store:
 
 def _announce():
     "Publish, from the main thread, the distrib collective it enters now: the launcher reads it after a crash in it"
-    try: _Job.main.set(f'at/{_Job.world.rank}', json.dumps({'pos': position(), 'colls': _Here.colls}))
+    st = rank_state()
+    try: st.main.set(f'at/{st.world.rank}', json.dumps({'pos': position(), 'colls': st.colls}))
     except Exception: pass  # the store is gone: the watchdog ends this rank; the collective fails by itself
 
 def start_liveness(world:World|None=None,     # this process's place; default `current_world()`
@@ -244,51 +343,56 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
     store's address, with `DISTRIB_LIVENESS_TIMEOUT=0`, or when the store cannot be reached (one line on stderr
     says so); True when they run (already, or from now on). Raises what `liveness_timeout` raises."""
     if running(): return True
+    st = rank_state()
     world = current_world() if world is None else world
     timeout = liveness_timeout()
     if timeout == 0 or world.world_size < 2 or world.master_addr is None or world.master_port is None: return False
     prefix = f"distrib/liveness/{world.restart_count}/"
-    _Job.addr = f"{world.master_addr}:{world.master_port}"
-    try: main, own = (_connect(world.master_addr, world.master_port, prefix) for _ in range(2))
+    st.addr = f"{world.master_addr}:{world.master_port}"
+    try:
+        main, own = (_connect(world.master_addr, world.master_port, prefix) for _ in range(2))
+        for k in COUNTERS: main.add(k, 0)  # they exist from now on: every tick's `multi_get` reads them
     except Exception as e:  # liveness is an aid: without the store the job runs, with this warning
-        print(f"distrib: rank {world.rank}: cannot reach the job's store at {_Job.addr} ({type(e).__name__}: {e}); "
+        print(f"distrib: rank {world.rank}: cannot reach the job's store at {st.addr} ({type(e).__name__}: {e}); "
               "running without liveness checks", file=sys.stderr)
         return False
-    _Job.world, _Job.main, _Job.record_path = world, main, record_path
-    _Job.dog = _Watchdog(own, world, timeout)
-    _Here.announce = _announce
+    st.world, st.main, st.record_path = world, main, record_path
+    st.dog = _Watchdog(own, world, timeout)
+    st.announce = _announce
     atexit.register(stop_liveness)
-    _Job.dog.start()
+    st.dog.start()
     return True
 
 def reset_liveness():
     "Forget what this process's liveness state says (a forked worker starts with its parent's): no watchdog, no group"
-    for k, v in dict(learn=None, ops=(), group='none', state='running', code=None, cancels=0, barriers=0,
-                     reported=False, failed_at=None, left=None, colls=0, announce=None).items(): setattr(_Here, k, v)
-    _Job.world = _Job.main = _Job.dog = _Job.record_path = _Job.addr = None
+    reset_rank_state()
 
 def script_ended(code:int):
     "Note that this rank's script ended with exit code `code` (it may still wait for the others at exit)"
-    _Here.state, _Here.code = 'ending', code
+    st = rank_state()
+    st.state, st.code = 'ending', code
 
 def set_group_state(state:str):
     "Note the process group's state in the heartbeat: 'joining', 'joined' or 'left'"
-    _Here.group = state
+    rank_state().group = state
 
 def stop_liveness(code:int|None=None, # the exit code; default: the script's, else 1 after an uncaught exception
                  ):
-    """Stop the watchdog thread, then publish the last heartbeat: 'exited', with the exit code. Runs at
-    interpreter exit; call it before a process ends without running atexit handlers (`os._exit`, a forked
-    multiprocessing worker)."""
-    dog = _Job.dog
+    """Stop the watchdog thread, then publish the last heartbeat: 'exited', with the exit code; an exited rank counts
+    in the job's `waiting` counter for good. Runs at interpreter exit; call it before a process ends without running
+    atexit handlers (`os._exit`, a forked multiprocessing worker)."""
+    st = rank_state()
+    dog = st.dog
     if dog is None or not dog.is_alive(): return
     dog.halt.set()
     if dog.ending:  # it is ending this rank (a peer failed) or lingering: either returns now
         dog.join(GRACE + 1)  # not exiting under it: the interpreter's end while it is in the store aborts (SIGABRT)
         return
     dog.join(2*INTERVAL)  # no heartbeat of its may land after the last one; it may turn to `end` or `linger` first
-    _Here.state = 'exited'
-    if code is not None: _Here.code = code
-    if _Here.code is None: _Here.code = 1 if getattr(sys, 'last_value', None) is not None else 0
-    try: _Job.main.set(f'hb/{dog.world.rank}', json.dumps(dog.heartbeat(time.monotonic())))
+    st.state = 'exited'
+    if code is not None: st.code = code
+    if st.code is None: st.code = 1 if getattr(sys, 'last_value', None) is not None else 0
+    try:
+        st.main.set(f'hb/{dog.world.rank}', json.dumps(dog.heartbeat(time.monotonic())))
+        if not dog.counted: st.main.add('waiting', 1)  # an exited rank waits for nothing, for good
     except Exception: pass  # exiting: a store already gone (rank 0 ended first) has no reader left

@@ -4,29 +4,33 @@
 
 # %% ../../nbs/06_runtime.waits.ipynb #fba06e28
 from __future__ import annotations
-import json, time
+import json, time, zlib, datetime
+import torch.distributed as dist
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, traceback_collective,
                                     blame_text)
 from .procs import identity, proc_state
-from .position import doing, position, describe, peer_verdict
-from .position import _Here  # where this rank is: the runtime's shared state, one object in issue 30
-from .liveness import INTERVAL, running, parse_heartbeat, job_failure, blame_of, heartbeat_where
-from .liveness import _Job  # this process's link to the store: shared state, one object in issue 30
+from .position import rank_state, doing, position, describe, peer_verdict
+from .liveness import (INTERVAL, GRACE, running, parse_heartbeat, job_failure, blame_of,
+                                      heartbeat_where)
 
 # %% auto #0
-__all__ = ['MISMATCH_AFTER', 'peer_heartbeats', 'waits_in_collective', 'store_barrier', 'announce', 'wait_for', 'agree_cancel',
+__all__ = ['MISMATCH_AFTER', 'LONG_WAIT', 'peer_heartbeats', 'late_how', 'store_barrier', 'announce', 'wait_for', 'agree_cancel',
            'explain_failure']
 
 # %% ../../nbs/06_runtime.waits.ipynb #3acf805b
 MISMATCH_AFTER = 3.0  # seconds a rank waits in another collective than this one's before the two diverged
+LONG_WAIT = 300.      # seconds of one server-side wait when nothing is to be checked before (a failure wakes it)
 
 def peer_heartbeats(ranks, store=None)->dict:
-    "The last heartbeat of each rank of `ranks` that published one, by rank"
-    store = _Job.main if store is None else store
-    ranks = [r for r in ranks if store.check([f'hb/{r}'])]
+    """The last heartbeat of each rank of `ranks` that published one, by rank: one `check` of them all, then one
+    `multi_get` (when one has not published any yet, a `check` per rank first, only then)"""
+    store = rank_state().main if store is None else store
+    ranks = list(ranks)
+    if not ranks: return {}
+    if not store.check([f'hb/{r}' for r in ranks]): ranks = [r for r in ranks if store.check([f'hb/{r}'])]
     return {r: parse_heartbeat(v) for r, v in zip(ranks, store.multi_get([f'hb/{r}' for r in ranks]))} if ranks else {}
 
-def _late_how(hb:dict)->str:
+def late_how(hb:dict)->str:
     "How a rank that did not arrive, of heartbeat `hb`, spends its time, in words"
     how = f"did not arrive: it is alive and has been there for at least {hb.get('age', 0):.0f} s"
     if hb.get('pos', {}).get('phase'):
@@ -34,94 +38,125 @@ def _late_how(hb:dict)->str:
                 "as it lasts, rather than in a collective)")
     return how
 
-def waits_in_collective(p:dict)->bool:
-    "True when position `p` is inside a collective of the process group (or its set-up): it waits for every rank"
-    return p.get('op') in ('collective', 'setup') or bool(p.get('sync'))
-
 def _pos_key(p:dict)->tuple:
     "What identifies one instance of a wait at position `p`"
     return tuple(p.get(k) for k in ('event', 'level', 'sync', 'op', 'name', 'id'))
 
-def _await(done, pending, what:str, stall_after:float|None, diverged=None, store=None, rank:int|None=None):
-    """Poll `done()` until it returns True, while `pending()` lists the ranks that have not arrived in `what` (a
-    barrier's name). Raises `PeerFailedError`, `RanksDivergedError` or `CollectiveTimeoutError` as described above;
-    `diverged(hb)` may name another way a pending rank's heartbeat `hb` shows it will never arrive."""
-    store = _Job.main if store is None else store
-    rank = _Job.world.rank if rank is None else rank
-    start = last = since = time.monotonic()
-    nap, elsewhere = 0.001, {}
-    while not done():
-        time.sleep(nap); nap = min(2*nap, 0.05)
-        now = time.monotonic()
-        if now - last < INTERVAL/2: continue
-        last = now
-        info = job_failure(store)
-        if info is not None and info.get('rank') != rank:
-            blame = blame_of(info)
-            raise PeerFailedError(f"rank {rank} stops waiting in {what}: the job failed: {blame_text(blame)}", blame)
-        hbs, phase = peer_heartbeats(pending(), store), False
-        for r, hb in hbs.items():
-            p, where = hb.get('pos', {}), describe(hb.get('pos', {}))
+def _failed(what:str, rank:int):
+    """Raise for the job's failure or verdict that the watchdog read (`RankState.failure`), if any, as rank `rank`
+    waiting in `what`: its own `RanksDivergedError` when a verdict names it as the cause, else `PeerFailedError`"""
+    info = rank_state().failure
+    if info is None or info.get('rank') == rank: return
+    if info.get('kind') == 'verdict' and info.get('cause') == rank:
+        odd = {int(r): b for r, b in (info.get('odd') or {}).items()}
+        if info.get('why') == 'left':
+            raise RanksDivergedError(f"rank {rank} stops waiting in {what}: {info['text']}", odd)
+
+        raise RanksDivergedError(f"rank {rank} waits in {what}, but {blame_text(odd)}: each waits for the other, "
+                                 f"forever. Every rank must reach {what} at the same point: code that runs it on some "
+                                 f"ranks only (under `if rank == 0:`) hangs the others", odd)
+    blame = blame_of(info)
+    raise PeerFailedError(f"rank {rank} stops waiting in {what}: the job failed: {blame_text(blame)}", blame)
+
+def _wait_key(key:str, what:str, check=None)->str:
+    """Return the value of `key` once it is set in the job's store, waiting in server-side `wait`s (no polling),
+    while this rank's position says it waits in `what`. The watchdog sets `key` to 'failed' to wake it when the job
+    failed (`_failed` raises). `check(now)`, when given, runs first as `check(None)`, which returns the time of its
+    first look, then at each time it returned: it raises, or returns the time of its next look (None: never)."""
+    st = rank_state()
+    s, rank = st.main, st.world.rank
+    st.wait_key = key
+    try:
+        _failed(what, rank)
+        nxt = check(None) if check is not None else None
+        while True:
+            secs = LONG_WAIT if nxt is None else max(nxt - time.monotonic(), 0.01)
+            try: s.wait([key], datetime.timedelta(seconds=secs))
+            except dist.DistStoreError:  # its timeout: time for the check (or another long wait)
+                _failed(what, rank)
+                if nxt is not None and time.monotonic() >= nxt: nxt = check(time.monotonic())
+                continue
+            _failed(what, rank)
+            v = s.get(key)
+            if v != b'failed': return v.decode()
+            st.failure = st.failure or job_failure(s)  # woken by another rank's watchdog: the failure is in the store
+            _failed(what, rank)
+            raise PeerFailedError(f"rank {rank} stops waiting in {what}: the job failed", {})
+    finally: st.wait_key = None
+
+def _stall_check(pending, what:str, stall_after:float|None, start:float, ranks=None):
+    """A `check` for `_wait_key`: at `stall_after` seconds into the wait, read the heartbeats of `ranks` (default:
+    all) once, and raise `PeerFailedError` for a pending one (`pending(rank, hb)`) that exited,
+    `CollectiveTimeoutError` when the pending ones have been where they are, outside declared long phases, for
+    `stall_after` s; else return when to look again. None for no limit (`stall_after` None)."""
+    if stall_after is None: return None
+    w = rank_state().world
+    def check(now):
+        if now is None: return start + stall_after
+        hbs = peer_heartbeats(range(w.world_size) if ranks is None else ranks)
+        late = {r: hb for r, hb in hbs.items() if r != w.rank and pending(r, hb)}
+        for r, hb in late.items():
             if hb.get('state') == 'exited':
+                where = describe(hb.get('pos', {}))
                 blame = {r: {'how': f"exited with code {hb.get('code')} before reaching it", 'where': where}}
-                raise PeerFailedError(f"rank {rank} waits in {what} for rank {r}, which exited with code "
+                raise PeerFailedError(f"rank {w.rank} waits in {what} for rank {r}, which exited with code "
                                       f"{hb.get('code')} without reaching it (last in {where})", blame)
-            if p.get('phase'): phase = True; continue
-            why = diverged(hb) if diverged is not None else None
-            if why is None and (waits_in_collective(p) or p.get('op') == 'barrier'):
-                k = _pos_key(p)
-                if elsewhere.get(r, (None,))[0] != k: elsewhere[r] = (k, now)
-                elif now - elsewhere[r][1] >= MISMATCH_AFTER: why = f"waits in {where}"
-            else: elsewhere.pop(r, None)
-            if why is not None:
-                raise RanksDivergedError(f"rank {rank} waits in {what}, but rank {r} {why}: each waits for the other, "
-                                         f"forever. Every rank must reach {what} at the same point: code that runs "
-                                         f"it on some ranks only (under `if rank == 0:`) hangs the others",
-                                         {r: {'how': why}})
-        if phase: since = now
-        if stall_after is not None and now - since > stall_after:
-            blame = {r: {'how': _late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in hbs.items()}
-            raise CollectiveTimeoutError(
-                f"{what} timed out on rank {rank} after {now - start:.0f} s: {blame_text(blame)}. A rank that "
-                f"legitimately keeps the others waiting longer than the process group's timeout ({stall_after:.0f} s) "
-                f"declares it with `with long_phase('...'):`, or pass a larger timeout to distrib_ctx(timeout=...) "
-                f"or setup_distrib(timeout=...)", blame, what)
+        if not late: return now + INTERVAL  # their heartbeats lag behind: look again in a second
+        if any(hb.get('pos', {}).get('phase') for hb in late.values()): return now + stall_after
+        stuck = min(now - start, min(hb.get('age', 0) for hb in late.values()))
+        if stuck < stall_after: return now + max(stall_after - stuck, INTERVAL)
+        blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()}
+        raise CollectiveTimeoutError(
+            f"{what} timed out on rank {w.rank} after {now - start:.0f} s: {blame_text(blame)}. A rank that "
+            f"legitimately keeps the others waiting longer than the process group's timeout ({stall_after:.0f} s) "
+            f"declares it with `with long_phase('...'):`, or pass a larger timeout to distrib_ctx(timeout=...) "
+            f"or setup_distrib(timeout=...)", blame, what)
+    return check
+
+def _meet(key:str, what:str, stall_after:float|None, pending):
+    """Every rank `add`s 1 to `key`; the one whose `add` returns the world size sets `key/done`; each waits for it
+    (`_wait_key`), the first to arrive looking for a stall (`_stall_check`): 2 calls per rank (3 for the last)"""
+    st = rank_state()
+    n = int(st.main.add(key, 1))
+    if n >= st.world.world_size: st.main.set(f'{key}/done', 'ok')
+    check = _stall_check(pending, what, stall_after, time.monotonic()) if n == 1 else None
+    _wait_key(f'{key}/done', what, check)
 
 def store_barrier(name:str,                    # the barrier in words: "Learner.save's barrier"
                   stall_after:float|None=None, # seconds before ranks that do not arrive are a stall; None: no limit
                  )->bool:                      # False, doing nothing, when liveness does not run
-    """Block until every rank reached barrier `name`, through the job's store (`_await`: a failure of the job, a
-    rank that exited, waits elsewhere or stalls raises). The ranks must reach their barriers in the same order: a
-    rank in a barrier of another name raises `RanksDivergedError` on every rank of it."""
+    """Block until every rank reached barrier `name`, through the job's store: one counter per barrier (keyed by this
+    rank's count of barriers and a CRC32 of `name`: ranks in barriers of other names never complete it), a
+    server-side wait for its last arrival. A failure of the job raises `PeerFailedError`; ranks that do not arrive
+    within `stall_after` s (outside their declared long phases) `CollectiveTimeoutError` (raised by the first rank to
+    arrive), or `PeerFailedError` when one exited; ranks that wait elsewhere are found by rank 0's examination of a
+    job whose ranks all wait (`distrib.runtime.stalls.examine`), which names a rank of this barrier as the cause: it
+    raises `RanksDivergedError`, the others `PeerFailedError`."""
     if not running(): return False
-    s, w = _Job.main, _Job.world
-    _Here.barriers += 1
-    key = f'barrier/{_Here.barriers}'
-    with doing('barrier', name, _Here.barriers):
-        s.set(f'{key}/{w.rank}', name)
-        s.add(key, 1)
-        _await(lambda: int(s.add(key, 0)) >= w.world_size,
-               lambda: [r for r in range(w.world_size) if not s.check([f'{key}/{r}'])], name, stall_after)
-    names = [v.decode() for v in s.multi_get([f'{key}/{r}' for r in range(w.world_size)])]
-    if len(set(names)) > 1:
-        raise RanksDivergedError("The ranks met in different barriers, so they run different code: " +
-                                 ', '.join(f"rank {r} in {n}" for r, n in enumerate(names)))
+    st = rank_state()
+    st.barriers += 1
+    k = st.barriers
+    with doing('barrier', name, k):
+        _meet(f'barrier/{k}/{zlib.crc32(name.encode()):08x}', name, stall_after,
+              lambda r, hb: hb.get('barriers', 0) < k)
     return True
 
 def announce(key:str, value:str):
     "Store `value` under `key` for the ranks that `wait_for` it"
-    _Job.main.set(key, value)
+    rank_state().main.set(key, value)
 
 def wait_for(key:str,                   # the key another rank `announce`s
              rank:int,                  # the rank that announces it
              what:str,                  # this wait, in words
              stall_after:float|None=None, # as for `store_barrier`
             )->str:                     # the announced value
-    "Block until rank `rank` announced `key`, as `store_barrier` waits (declared long phases of `rank` do not count)"
-    s = _Job.main
+    """Block until rank `rank` announced `key` (one server-side wait), as `store_barrier` waits; declared long phases
+    of `rank` do not count. Rank `rank + 1` alone looks for its stall, reading `rank`'s heartbeat only."""
+    w = rank_state().world
+    owner = w.rank == (rank + 1) % w.world_size
     with doing('barrier', what, key):
-        _await(lambda: s.check([key]), lambda: [] if s.check([key]) else [rank], what, stall_after)
-    return s.get(key).decode()
+        check = _stall_check(lambda r, hb: True, what, stall_after, time.monotonic(), [rank]) if owner else None
+        return _wait_key(key, what, check)
 
 # %% ../../nbs/06_runtime.waits.ipynb #2f51ee95
 def agree_cancel(e:BaseException,              # the Cancel*Exception this rank raised
@@ -129,30 +164,22 @@ def agree_cancel(e:BaseException,              # the Cancel*Exception this rank 
                 ):
     """Return when every rank raised the same Cancel*Exception as `e` at the same point of the Learner's loop (or
     when `e.every_rank` is true, or liveness does not run); raise `RanksDivergedError` naming the ranks that did
-    not, at once"""
+    not. The ranks count on one key per (exception, loop level): a rank that went on without it never arrives, and
+    rank 0's examination of a job whose ranks all wait names this rank as the cause (`distrib.runtime.stalls`)."""
     if getattr(e, 'every_rank', False) or not running(): return
-    s, w = _Job.main, _Job.world
-    _Here.cancels += 1
-    k, p = _Here.cancels, position()
+    st = rank_state()
+    st.cancels += 1
+    k, p = st.cancels, position()
     mine = {'type': type(e).__name__, 'level': p.get('level'), 'where': describe(p)}
-    key = f'cancel/{k}'
-    s.set(f'{key}/{w.rank}', json.dumps(mine))
-    s.add(key, 1)
-    def passed(hb:dict)->str|None:
-        q = hb.get('pos', {})
-        if hb.get('cancels', 0) >= k or mine['level'] is None or q.get('level', -1) <= mine['level']: return None
-        return f"went on without it, to {describe(q)}"
+    key = f"cancel/{k}/{zlib.crc32(json.dumps([mine['type'], mine['level']]).encode()):08x}"
     what = f"the check that every rank raised {mine['type']}"
     try:
-        with doing('barrier', what, key):
-            _await(lambda: int(s.add(key, 0)) >= w.world_size,
-                   lambda: [r for r in range(w.world_size) if not s.check([f'{key}/{r}'])], what, stall_after, passed)
-        theirs = [json.loads(v) for v in s.multi_get([f'{key}/{r}' for r in range(w.world_size)])]
-        if all((t['type'], t['level']) == (mine['type'], mine['level']) for t in theirs): return
-        others = '; '.join(f"rank {r} raised {t['type']} in {t['where']}" for r, t in enumerate(theirs) if r != w.rank)
+        with doing('barrier', what, f'cancel/{k}'):
+            _meet(key, what, stall_after, lambda r, hb: hb.get('cancels', 0) < k)
+        return
     except RanksDivergedError as d: others = blame_text(d.blame)
     raise RanksDivergedError(
-        f"{mine['type']} was raised on rank {w.rank} in {mine['where']}, but not on every rank at that point "
+        f"{mine['type']} was raised on rank {st.world.rank} in {mine['where']}, but not on every rank at that point "
         f"({others}). Under distrib_ctx a Cancel*Exception must be raised on every rank at the same point, or the "
         f"ranks run different collectives and wait for one another forever: decide from values every rank has (the "
         f"Recorder's metrics are averaged over ranks; all_reduce_sum or broadcast_object share one rank's value) and "
@@ -169,10 +196,15 @@ def explain_failure(e:BaseException,          # an exception this rank raised
         return e
     op, caller = traceback_collective(e.__traceback__)
     if op is None: return e
-    w, dog = _Job.world, _Job.dog
+    st = rank_state()
+    w, dog, s = st.world, st.dog, st.main
     at = f" (called from {caller})" if caller else ''
     try:
-        info = job_failure(_Job.main)
+        info = st.failure or job_failure(s)
+        if info is None and int(s.add('explain', 1)) > 1:  # another rank explains it: wait for its report
+            try: s.wait(['failure/1'], datetime.timedelta(seconds=GRACE + 1))
+            except dist.DistStoreError: return e
+            info = job_failure(s)
         if info is not None and info.get('rank') != w.rank:
             blame = blame_of(info)
             return PeerFailedError(f"{op} failed on rank {w.rank}{at} because the job failed: {blame_text(blame)}",
@@ -182,7 +214,7 @@ def explain_failure(e:BaseException,          # an exception this rank raised
     gone = {}
     for r, hb in hbs.items():
         proc = proc_state(hb, ident)
-        how = peer_verdict(hb, 0., {'group': _Here.group}, float('inf'), proc)
+        how = peer_verdict(hb, 0., {'group': st.group}, float('inf'), proc)
         if how is None and proc == 'stopped': how = 'froze: its process is stopped (SIGSTOP or a debugger)'
         if how is not None: gone[r] = {'how': how, 'where': heartbeat_where(hb)}
     if gone: return PeerFailedError(f"{op} failed on rank {w.rank}{at}: {blame_text(gone)}", gone, op, caller)
@@ -194,8 +226,9 @@ def explain_failure(e:BaseException,          # an exception this rank raised
                  for r, hb in late.items()}
         return PeerFailedError(f"{op} failed on rank {w.rank}{at} after {waited:.0f} s: {blame_text(blame)}",
                                blame, op, caller)
-    blame = {r: {'how': _late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()}
+    blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()}
     return CollectiveTimeoutError(
+
         f"{op} timed out on rank {w.rank}{at} after {timeout:.0f} s in {describe(mine)}: "
         f"{blame_text(blame)}. A collective waits at most the process group's timeout ({timeout:.0f} s; "
         f"distrib_ctx(timeout=...) or setup_distrib(timeout=...)); a rank that legitimately keeps the others waiting "

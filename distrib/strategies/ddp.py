@@ -14,7 +14,8 @@ from torch.utils.data import IterableDataset
 from fastcore.basics import noop
 from ..runtime.world import World, current_world, pg_initialized
 from ..runtime.group import ensure_distrib, rank_device, group_backend
-from ..runtime.position import track, doing
+from ..runtime.position import rank_state, track, doing, mark_queued
+from ..runtime.stalls import StepTimer, straggler_steps, straggler_ratio
 from ..data import DataLoaders, DistributedDL, IterableShards
 from ..callback.core import Callback
 from ..model import model_device, move_model, is_compiled, unwrap_model
@@ -45,6 +46,14 @@ class DistributedModule(DistributedDataParallel):
             if 'Expected to have finished reduction' in str(e) and not self.find_unused_parameters:
                 raise RuntimeError(f"{e}{_UNUSED_HINT}") from e
             raise
+
+    def _sync_buffers(self):
+        "DDP's broadcast of rank 0's buffers in the forward, timed as a wait for the straggler check (`StepTimer`)"
+        timer = rank_state().timer
+        if timer is None: return super()._sync_buffers()
+        timer.wait_began()
+        try: return super()._sync_buffers()
+        finally: timer.wait_ended()
 
 # %% ../../nbs/32_strategies.ddp.ipynb #67932313
 _COMM_HOOKS = {'fp16': default_hooks.fp16_compress_hook, 'bf16': default_hooks.bf16_compress_hook,
@@ -195,6 +204,8 @@ class DistributedTrainer(Callback):
         check_models(model)  # before DDP: its broadcast of different dtypes would abort the process
         with doing('collective', "DistributedDataParallel's construction"):
             ddp = DistributedModule(model, device_ids=device_ids, **self.ddp_kwargs)
+        self.forward_collective = ("DistributedDataParallel's buffer broadcast in forward" if ddp.broadcast_buffers
+                                   and any(True for _ in model.buffers()) else None)
         _register_comm_hook(ddp, self.comm_hook, self.comm_hook_state)
         return ddp
 
@@ -211,6 +222,8 @@ class DistributedTrainer(Callback):
         "Put back the original model, loaders, logger and progress setting"
         if self.model is None: return
         track(None)
+        rank_state().timer = None
+
         learn = self.learn
         restore_forwards(self.compiled)
         self.compiled = []
@@ -219,11 +232,40 @@ class DistributedTrainer(Callback):
         if self.progress is not None: self.progress.enabled = self.progress_enabled
         self.model = self.inner = self.dls = self.wrapped = None
 
+    time_steps = True  # the straggler check's timing (`FSDPTrainer`: off, its forward waits in all-gathers)
+    forward_collective = None  # the forward's collective that NCCL may leave queued (DDP's buffer broadcast)
+    backward_collective = dict(event='backward', sync=True)  # the backward's: DDP's all-reduce of gradients
+
     def before_fit(self):
-        "Check that every rank agrees on what it will run (`preflight_check`)"
+        """Check that every rank agrees on what it will run (`preflight_check`); time each rank's own work per step
+        for the straggler check (`StepTimer`, unless `DISTRIB_STRAGGLER_STEPS` or `DISTRIB_STRAGGLER_RATIO` is 0)"""
+        steps, ratio = straggler_steps(), straggler_ratio()
         preflight_check(self.learn)
         self.in_fit = True
-    def after_fit(self): self.in_fit = False
+        on = self.time_steps and steps and ratio
+        rank_state().timer = StepTimer(steps, ratio, model_device(self.wrapped).type == 'cuda') if on else None
+    def after_fit(self): self.in_fit = False; rank_state().timer = None
+
+    def before_train(self):
+        "A new training pass: the straggler check's timer starts afresh"
+        if rank_state().timer is not None: rank_state().timer.restart()
+    def before_backward(self):
+        "Backward starts (DDP's all-reduce of gradients waits in it), for the straggler check's timer"
+        if rank_state().timer is not None: rank_state().timer.before_backward()
+    def after_pred(self):
+        "The forward's collective may still be queued on the GPU (NCCL): followed by the watchdog (`mark_queued`)"
+        if self.forward_collective: mark_queued(self.forward_collective)
+    def after_backward(self):
+        """Backward ended, for the straggler check's timer; its gradient all-reduce may still be queued on the GPU
+        (NCCL): followed by the watchdog (`mark_queued`)"""
+        if rank_state().timer is not None: rank_state().timer.after_backward()
+        if getattr(self.learn.model, 'require_backward_grad_sync', True): mark_queued(**self.backward_collective)
+
+
+    def after_batch(self):
+        "The end of a training step, for the straggler check's timer"
+        if self.learn.training and rank_state().timer is not None: rank_state().timer.after_batch()
+
 
     def before_epoch(self):
         "Every loader uses this epoch's permutation (a loader without `set_epoch`, an iterable one, is left as it is)"

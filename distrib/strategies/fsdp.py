@@ -153,7 +153,12 @@ class FSDPTrainer(DistributedTrainer):
     reduce-scatter, `TypeError` for `shard_classes` that are not module classes, `ValueError` for a `min_params`
     below 1, an unknown dtype, or a `param_dtype` other than the `MixedPrecision` callback's.
     """
+    time_steps = False  # no straggler check: the forward's all-gathers wait for the other ranks
+    forward_collective = "FSDP's all-gathers of the forward"  # what NCCL may leave queued on the GPU
+    backward_collective = dict(name="FSDP's reduce-scatter of gradients")
+
     def __init__(self, device=None, shard_classes=None, min_params:int|None=None, reshard_after_forward:bool=True,
+
                  param_dtype=None, reduce_dtype=None, cpu_offload:bool=False, compile:bool|dict|None=None):
         _check_fsdp()
         super().__init__(device=device, compile=compile)

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/34_strategies.preflight.ipynb #03ff7ad2
 from __future__ import annotations
-import zlib, inspect, functools
+import hashlib, inspect, functools
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -73,10 +73,9 @@ def _preflight_fields(learn:Learner)->dict:
             'metrics': [m.name for m in learn.metrics],
             'epochs (start_epoch, n_epoch)': [learn.start_epoch, learn.n_epoch]}
 
-def _fingerprint(fields:dict)->torch.Tensor:
-    "int64 tensor, one entry per field of `fields`: the int itself, or the CRC32 of a list's repr"
-    return torch.tensor([v if isinstance(v, int) else zlib.crc32(repr(v).encode()) for v in fields.values()],
-                        dtype=torch.int64)
+def _digest(fields:dict)->int:
+    "A 62-bit digest (BLAKE2b) of `fields`' names and values: two ranks' are equal when their fields are (but 2**-62)"
+    return int.from_bytes(hashlib.blake2b(repr(list(fields.items())).encode(), digest_size=8).digest(), 'big') >> 2
 
 def _disagreements(per_rank:list)->str|None:
     "The fields of `per_rank` (one dict of `_preflight_fields` per rank) that differ, one line each; None if all agree"
@@ -85,15 +84,15 @@ def _disagreements(per_rank:list)->str|None:
     return '\n'.join(lines) or None
 
 def _agree(fields:dict, what:str, hint:str):
-    """One all-gather of `fields`' fingerprint; when the ranks' differ, the same `RuntimeError` on every rank,
-    listing each rank's values of the fields that differ (a second collective fetches them). On `comm_device()`,
+    """One all-reduce (`MAX`) of `[h, -h]`, `h` the digest of `fields` (`_digest`): the ranks agree when the
+    greatest digest is the smallest. When they do not, the same `RuntimeError` on every rank, listing each rank's
+    values of the fields that differ (a second collective, `all_gather_object`, fetches them). On `comm_device()`,
     whatever the model's device: the CPU unless the group has NCCL alone (which has no CPU backend)"""
-    ws = dist.get_world_size()
-    t = _fingerprint(fields).to(comm_device())
-    parts = [torch.empty_like(t) for _ in range(ws)]
+    ws, h = dist.get_world_size(), _digest(fields)
+    t = torch.tensor([h, -h], dtype=torch.int64, device=comm_device())
     with doing('collective', 'the pre-flight check'):
-        dist.all_gather(parts, t)
-        if all(torch.equal(p, t) for p in parts): return
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        if t[0].item() == -t[1].item(): return
         per_rank = [None]*ws
         dist.all_gather_object(per_rank, fields)
     raise RuntimeError(f"The ranks disagree on {what}:\n" + (_disagreements(per_rank) or '  (fingerprints differ)') +
@@ -104,7 +103,7 @@ def preflight_check(learn:Learner):
     number of loaders, batches, dataset lengths, batch sizes, shuffle, seed, drop_last and padding, the model's
     parameters and their dtypes, the loss function, the optimizer and its hyper-parameters, the callbacks, metrics
     and epochs), and `ValueError` for a training set smaller than the world size; a no-op without a process group.
-    Every rank must call it (`DistributedTrainer.before_fit` does): one `all_gather` of a few int64 per rank."""
+    Every rank must call it (`DistributedTrainer.before_fit` does): one `all_reduce` of two int64 per rank."""
     if not pg_initialized() or dist.get_world_size() == 1: return
     fields, ws = _preflight_fields(learn), dist.get_world_size()
     _agree(fields, "what fit will run, so some would wait forever in a collective the "
@@ -122,7 +121,8 @@ def preflight_check(learn:Learner):
 def check_models(model:nn.Module):
     """Raise the same `RuntimeError` on every rank when the ranks' models differ in the number, shapes or dtypes of
     their parameters or buffers; a no-op without a process group. Every rank must call it (`DistributedTrainer`
-    does, before wrapping the model in DDP): one `all_gather` of a few int64 per rank."""
+    does, before wrapping the model in DDP): one `all_reduce` of two int64 per rank."""
+
     if not pg_initialized() or dist.get_world_size() == 1: return
     params, bufs = list(model.parameters()), list(model.buffers())
     fields = {'parameter tensors': len(params),
@@ -136,7 +136,7 @@ def check_models(model:nn.Module):
 def check_loader(dl):
     """Raise the same `RuntimeError` on every rank when the ranks' loader `dl`, about to be evaluated by
     `validate` or `get_preds`, differs in its dataset length, batch size, shuffle, seed, drop_last or padding; a
-    no-op without a process group. Every rank must call it: one `all_gather` of a few int64 per rank."""
+    no-op without a process group. Every rank must call it: one all-reduce of two int64 per rank."""
     if not pg_initialized() or dist.get_world_size() == 1: return
     fields = {'dataset length': _length(dl.dataset), 'batch size': getattr(dl, 'batch_size', None),
               '(shuffle, seed, drop_last, pad)': _loader_order(dl)}
