@@ -34,8 +34,11 @@ def _item_loss(loss_func, yb:tuple)->nn.Module|None:
     """The torch loss that `loss_func` is (`nn.CrossEntropyLoss`, `nn.NLLLoss`, exactly those classes) or that
     fastai's `BaseLoss` wraps, reducing by 'mean', when `yb` is one tensor of class indices; None otherwise (a few
     attribute reads: it runs at every batch)"""
-    m = loss_func if type(loss_func) in _ITEM_LOSSES else loss_func.func if _fastai_flat(loss_func) else None
-    if type(m) not in _ITEM_LOSSES or m.reduction != 'mean' or len(yb) != 1: return None
+    m = loss_func
+    if type(m) not in _ITEM_LOSSES:
+        if 'fastai.losses' not in sys.modules or not _fastai_flat(m) or type(m.func) not in _ITEM_LOSSES: return None
+        m = m.func
+    if m.reduction != 'mean' or len(yb) != 1: return None
     t = yb[0]
     return m if isinstance(t, torch.Tensor) and not t.is_floating_point() else None
 
@@ -162,9 +165,9 @@ class ItemMean(Callback):
     when the targets or the loss changed after `before_batch` counted them (a callback of a higher order)."""
     order = 8
     def before_fit(self):
-        self.n_items, self.scale, self.window, self.pending = None, None, None, False
+        self.n_items, self.scale, self.window, self.pending, self._ws = None, None, None, False, 1
         self._early = self._work = None   # the count all-reduces started in before_batch, before_backward
-    def _ws(self)->int: return _world_size(self.learn.dl)
+    def before_train(self): self._ws = _world_size(self.learn.dl)   # once a pass: the per-batch path stays short
     def _whole_step(self)->bool:
         "Whether this micro-batch is a whole optimizer step: no accumulation, or a window of one micro-batch"
         ga = getattr(self.learn, 'gradient_accumulation', None)
@@ -173,9 +176,10 @@ class ItemMean(Callback):
         "A whole step of a loss `item_count` knows, on several ranks: start the count's all-reduce, during the forward"
         self._early = None
         learn = self.learn
-        if not learn.training or self._ws() == 1 or not self._whole_step(): return
-        n = item_count(learn.loss_func, *learn.yb)
-        if n is not None: self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, _start_sum(n))
+        if not learn.training or self._ws == 1: return
+        m = _item_loss(learn.loss_func, learn.yb)
+        if m is not None and self._whole_step():
+            self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, _start_sum(_count(m, learn.yb[0])))
     def _check_early(self, early:tuple):
         "`RuntimeError` unless the loss and targets are those `before_batch` counted"
         lf, targ, version, _ = early
@@ -189,7 +193,7 @@ class ItemMean(Callback):
         learn, early, self._early = self.learn, self._early, None
         if early is not None: self._check_early(early)
         if not learn.training or learn.loss_sum is None: return
-        n, W = learn.n_items, self._ws()
+        n, W = learn.n_items, self._ws
         if self._whole_step():
             if W == 1: self.n_items = n; return   # the batch's mean is the step's
             self.n_items = N = _finish_sum(early[-1] if early else _start_sum(n), n.device)
@@ -205,7 +209,7 @@ class ItemMean(Callback):
     def before_step(self):
         "At the end of a window: the step's count over the ranks, every gradient times `W/(c·N)`"
         if not self.pending: return
-        W, work, self._work = self._ws(), self._work, None
+        W, work, self._work = self._ws, self._work, None
         N = self.window if W == 1 else _finish_sum(work or _start_sum(self.window), self.window.device)
         self.n_items, self.window, self.pending = N, None, False
         has = N > 0
