@@ -164,9 +164,11 @@ class ItemMean(Callback):
     8, between `GradientAccumulation` (6) and `MixedPrecision` (10). Raises `RuntimeError` in `before_backward`
     when the targets or the loss changed after `before_batch` counted them (a callback of a higher order)."""
     order = 8
+    n_items = scale = window = _early = _work = None   # _early, _work: count all-reduces started, not waited for
+    pending, _ws = False, 1                             # a window's count to all-reduce; the training world size
     def before_fit(self):
-        self.n_items, self.scale, self.window, self.pending, self._ws = None, None, None, False, 1
-        self._early = self._work = None   # the count all-reduces started in before_batch, before_backward
+        self.n_items = self.scale = self.window = self._early = self._work = None
+        self.pending = False
     def before_train(self): self._ws = _world_size(self.learn.dl)   # once a pass: the per-batch path stays short
     def _whole_step(self)->bool:
         "Whether this micro-batch is a whole optimizer step: no accumulation, or a window of one micro-batch"
