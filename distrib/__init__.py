@@ -13,18 +13,19 @@ __all__ = ['World', 'WorldError', 'detect_world', 'current_world', 'rank_distrib
            'set_random_states', 'save_file', 'load_file', 'Callback', 'events', 'CancelFitException',
            'CancelEpochException', 'CancelTrainException', 'CancelValidException', 'CancelBatchException',
            'CancelBackwardException', 'CancelStepException', 'Metric', 'AvgMetric', 'AvgLoss', 'AccumMetric',
-           'accuracy', 'Recorder', 'ProgressCallback', 'GatherPreds', 'is_sharded', 'full_model_state',
-           'full_opt_state', 'set_full_model_state', 'set_full_opt_state', 'save_sharded', 'load_sharded',
-           'unwrap_model', 'LearnerSaving', 'Learner', 'ParallelTrainer', 'ParallelModule', 'DistributedTrainer',
-           'DistributedModule', 'convert_sync_batchnorm', 'revert_sync_batchnorm', 'preflight_check', 'check_models',
-           'check_loader', 'compile_options', 'compile_forwards', 'restore_forwards', 'check_ddp_buckets',
-           'FSDPTrainer', 'shard_model', 'local_state_bytes', 'GradientAccumulation', 'SYNC_STRATEGIES',
-           'MixedPrecision', 'Preempted', 'StopSignals', 'Checkpoint', 'checkpoints', 'ResumeError', 'notebook_launch',
-           'SchedLin', 'SchedCos', 'SchedNo', 'SchedExp', 'SchedPoly', 'combine_scheds', 'combined_cos',
-           'ParamScheduler', 'planned_steps', 'LRFinder', 'SuggestionMethod', 'valley', 'slide', 'minimum', 'steep',
-           'plot_lr_find', 'TerminateOnNaNCallback', 'TrackerCallback', 'EarlyStoppingCallback', 'SaveModelCallback',
-           'CSVLogger', 'TensorBoardCallback', 'RunLogger', 'config_of', 'WandbCallback', 'offline_history',
-           'MLflowCallback', 'GradientClip', 'clip_grad_norm_']
+           'accuracy', 'item_count', 'sum_and_count', 'batch_loss', 'ItemMean', 'scale_grads_', 'Recorder',
+           'ProgressCallback', 'GatherPreds', 'is_sharded', 'full_model_state', 'full_opt_state',
+           'set_full_model_state', 'set_full_opt_state', 'save_sharded', 'load_sharded', 'unwrap_model',
+           'LearnerSaving', 'Learner', 'ParallelTrainer', 'ParallelModule', 'DistributedTrainer', 'DistributedModule',
+           'convert_sync_batchnorm', 'revert_sync_batchnorm', 'preflight_check', 'check_models', 'check_loader',
+           'compile_options', 'compile_forwards', 'restore_forwards', 'check_ddp_buckets', 'FSDPTrainer', 'shard_model',
+           'local_state_bytes', 'GradientAccumulation', 'SYNC_STRATEGIES', 'MixedPrecision', 'Preempted', 'StopSignals',
+           'Checkpoint', 'checkpoints', 'ResumeError', 'notebook_launch', 'SchedLin', 'SchedCos', 'SchedNo', 'SchedExp',
+           'SchedPoly', 'combine_scheds', 'combined_cos', 'ParamScheduler', 'planned_steps', 'LRFinder',
+           'SuggestionMethod', 'valley', 'slide', 'minimum', 'steep', 'plot_lr_find', 'TerminateOnNaNCallback',
+           'TrackerCallback', 'EarlyStoppingCallback', 'SaveModelCallback', 'CSVLogger', 'TensorBoardCallback',
+           'RunLogger', 'config_of', 'WandbCallback', 'offline_history', 'MLflowCallback', 'GradientClip',
+           'clip_grad_norm_']
 
 # %% ../nbs/43_api.ipynb #cd30e8c1
 __version__ = "0.1.0"
@@ -45,6 +46,7 @@ from .files import save_file, load_file
 from .callback.core import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
 from .metrics import Metric, AvgMetric, AvgLoss, AccumMetric, accuracy
+from .losses import item_count, sum_and_count, batch_loss, ItemMean, scale_grads_
 from .recorder import Recorder, ProgressCallback, GatherPreds
 from .state import (is_sharded, full_model_state, full_opt_state, set_full_model_state, set_full_opt_state,
                            save_sharded, load_sharded)
@@ -81,7 +83,8 @@ _all_ = ['World', 'WorldError', 'detect_world', 'current_world', 'rank_distrib',
          'shard_idxs', 'iter_shard', 'IterableShards', 'set_seed', 'get_random_states', 'set_random_states',
          'save_file', 'load_file', 'Callback', 'events', 'CancelFitException', 'CancelEpochException',
          'CancelTrainException', 'CancelValidException', 'CancelBatchException', 'CancelBackwardException',
-         'CancelStepException', 'Metric', 'AvgMetric', 'AvgLoss', 'AccumMetric', 'accuracy', 'Recorder',
+         'CancelStepException', 'Metric', 'AvgMetric', 'AvgLoss', 'AccumMetric', 'accuracy', 'item_count',
+         'sum_and_count', 'batch_loss', 'ItemMean', 'scale_grads_', 'Recorder',
          'ProgressCallback', 'GatherPreds', 'is_sharded', 'full_model_state', 'full_opt_state', 'set_full_model_state',
          'set_full_opt_state', 'save_sharded', 'load_sharded', 'unwrap_model', 'LearnerSaving', 'Learner',
          'ParallelTrainer', 'ParallelModule', 'DistributedTrainer', 'DistributedModule', 'convert_sync_batchnorm',
