@@ -2,6 +2,7 @@
 the home page, the pages a user reads first (`START`, in that order), then one section per layer, in the
 notebooks' order. The notebooks are numbered by layer (README, "Where things are"): `LAYERS` maps the numbers to
 the sections, so a new notebook gets its place without an edit here."""
+import re
 from pathlib import Path
 
 START = ['33_strategies.context', '19_learner', '11_data', '23_callback.checkpoint', '39_launch.cli',
@@ -10,8 +11,8 @@ LAYERS = [(0, 'Runtime'), (11, 'Data and the loop'), (20, 'Callbacks'), (31, 'St
           (43, 'The public API')]   # (first notebook number, section)
 
 def section(stem:str)->str:
-    "The section of the page `stem` (`NN_name`), by its number"
-    n = int(stem.split('_', 1)[0])
+    "The section of the page `stem` (`NN_name`, `NNa_name`), by its number"
+    n = int(re.match(r'\d+', stem).group())
     return [name for first, name in LAYERS if n >= first][-1]
 
 def on_config(config, **kwargs):
