@@ -22,7 +22,7 @@ saturation. Last, the comparison with the figures of the protocol before issue 3
 benchmark's first version, run on the code of commit faab3c1), the table of the README's Performance section.
 """
 from __future__ import annotations
-import argparse, datetime, json, math, multiprocessing as mp, os, sys, time as _time, types, zlib
+import argparse, datetime, json, math, multiprocessing as mp, os, sys, tempfile, time as _time, types, zlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -417,6 +417,11 @@ def deadlock_other(W:int)->dict:
         if r.rank.ended is not None: break
     return r.rate(HOLD, len(r.snaps))
 
+def _report(err:BaseException):
+    """`report_failure(err)` then `settle`, the record written to a temporary file: never to `os.devnull`, which
+    an `ErrorRecord` written by a rename would replace by a regular file when run as root"""
+    with tempfile.TemporaryDirectory() as d: liveness.settle(liveness.report_failure(err, path=os.path.join(d, 'rec')))
+
 def failure_first(W:int)->dict:
     "Rank 0 was killed; rank 1's collective raises first: it explains it (reads every heartbeat once) and reports"
     r = Run(W, 1)
@@ -428,7 +433,7 @@ def failure_first(W:int)->dict:
         try: dist.all_reduce(torch.zeros(1))  # raises in torch.distributed's all_reduce: no process group here
         except Exception as e:
             err = waits.explain_failure(e, 60.)
-            liveness.settle(liveness.report_failure(err, path=os.devnull))
+            _report(err)
     return per_incident(r, fail)
 
 def failure_other(W:int)->dict:
@@ -445,7 +450,7 @@ def failure_other(W:int)->dict:
         try: dist.all_reduce(torch.zeros(1))
         except Exception as e:
             err = waits.explain_failure(e, 60.)
-            liveness.settle(liveness.report_failure(err, path=os.devnull))
+            _report(err)
     return per_incident(r, fail)
 
 def launcher_summary(W:int)->dict:
