@@ -121,7 +121,7 @@ def use_clock(clock:Clock):
     "Replace `time` in distrib's runtime modules by `clock` (a module-like namespace)"
     fake = types.SimpleNamespace(monotonic=clock.monotonic, time=clock.time, sleep=clock.sleep,
                                  perf_counter=clock.perf_counter)
-    for m in (liveness, waits, stalls):
+    for m in (liveness, waits, stalls, position):  # position: a declared long phase's start, on the same clock
         if hasattr(m, 'time'): m.time = fake
     return fake
 

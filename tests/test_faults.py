@@ -195,9 +195,10 @@ def test_crash_in_a_collective_shows_the_positions(slow_runs):
     assert not orphans(r.tag), orphans(r.tag)
 
 HEALTHY = ()   # modes without a fault
-ENDS_WELL = ('stall_report', 'stall_worker')  # modes whose job ends well
+ENDS_WELL = ('stall_report', 'stall_worker', 'phase_report')  # modes whose job ends well
 SLOW = {'stall_report': dict(DISTRIB_STALL_REPORT='2.5'), 'stall_end': dict(DISTRIB_STALL_TIMEOUT='4'),
-        'stall_worker': dict(DISTRIB_STALL_REPORT='2.5')}
+        'stall_worker': dict(DISTRIB_STALL_REPORT='2.5'), 'phase_report': dict(DISTRIB_STALL_REPORT='0.3'),
+        'phase_timeout': {}}
 def _line(text:str)->str:
     "'line N, in fault': where fault.py's line holding `text` shows in a stack"
     lines = (SCRIPTS/'fault.py').read_text().splitlines()
@@ -254,4 +255,42 @@ def test_stall_timeout_ends_the_job(slow_runs):
                     rf"for \d s in {re.escape(B3)} \(reported by rank 1\)", s), s
     assert STUCK_LINE in r.stderr and "Rank 0's main thread" in r.stderr, r.stderr[-3000:]
     assert 4 <= secs < 4 + 10, secs
+    assert not orphans(r.tag), orphans(r.tag)
+
+PHASE_LINE = _line('# PHASE_LINE').replace('in fault', 'in download')  # rank 0's 7 s sleep in rank0_first's function
+PHASE_STUCK = _line('# PHASE_STUCK').replace('in fault', 'in download')  # its 600 s sleep in long_phase(timeout=3)
+
+@pytest.mark.slow
+def test_long_phase_reported(slow_runs):
+    """Rank 0 sleeps 7 s in rank0_first's function (a declared long phase, as a slow download) while rank 1 waits for
+    it: with DISTRIB_STALL_REPORT=0.3, rank 0's watchdog reports the phase at 3 s (10 times the threshold) and again
+    at 6 s (the duration doubled), naming the rank, the phase and how long, with its stack at the sleep; the phase
+    is not ended, nothing else is reported, and the job ends well"""
+    r, _ = slow_runs['phase_report']
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = re.findall(r"distrib: long phase: rank 0 has been in the declared long phase 'run download \(rank0_first\)' "
+                       r"for (\d+) s; ", r.stderr)
+    assert len(found) == 2, r.stderr[-3000:]
+    report('phase_report: rank 0 in rank0_first, reported', float(found[0]))
+    assert 3 <= int(found[0]) <= 5 and 6 <= int(found[1]) <= 7, found
+    assert r.stderr.count(PHASE_LINE) == 2 and r.stderr.count("Rank 0's main thread (innermost last)") == 2, r.stderr
+    assert 'probable stall' not in r.stderr and 'rank 1 has been' not in r.stderr, r.stderr[-3000:]
+    assert r.stdout.count('the fault did not happen') == 2, r.stdout
+
+@pytest.mark.slow
+def test_long_phase_timeout_ends_the_job(slow_runs):
+    """Rank 0 stuck in `long_phase('fetching the data set', timeout=3)` (a download on a dead connection) inside
+    rank0_first's function: its watchdog ends the job after 3 s, and the launcher's first line names rank 0, the
+    phase and its timeout (LongPhaseTimeoutError, rank 0's own failure), with rank 0's stack at the stuck line; rank
+    1, which waited, ended because of rank 0"""
+    r, secs = slow_runs['phase_timeout']
+    report('phase_timeout: long_phase(timeout=3) stuck', secs)
+    s = summary(r)
+    assert r.returncode == 1, s + r.stderr[-3000:]
+    assert re.match(r"distrib.launch: rank 0 failed \(exit code 1\): LongPhaseTimeoutError: rank 0 has been in the "
+                    r"declared long phase 'fetching the data set' for [34] s, past its timeout: long_phase\('fetching "
+                    r"the data set', timeout=3\) ends the job after 3 s", s), s
+    assert 'then rank 1 ended (exit code 1): PeerFailedError: stopped because of rank 0' in s, s
+    assert PHASE_STUCK in r.stderr, r.stderr[-3000:]
+    assert 3 <= secs < 3 + 10, secs
     assert not orphans(r.tag), orphans(r.tag)

@@ -12,7 +12,7 @@ from .world import current_world
 
 # %% auto #0
 __all__ = ['traceback_collective', 'in_collective', 'blame_text', 'CollectiveTimeoutError', 'PeerFailedError',
-           'RanksDivergedError', 'failure_kind', 'open_in_place', 'ErrorRecord',
+           'RanksDivergedError', 'LongPhaseTimeoutError', 'failure_kind', 'open_in_place', 'ErrorRecord',
            'record_error', 'Failure', 'root_failure']
 
 # %% ../../nbs/02_runtime.errors.ipynb #6e9532d7
@@ -67,6 +67,16 @@ class RanksDivergedError(_Blaming):
     """The ranks took different paths, so some would wait forever for the others: a `Cancel*Exception` raised on some
     ranks only, a barrier some ranks wait in while others wait in a collective. Raised by the rank that found it (a
     cause, not a consequence); `blame` maps the other ranks to what they do instead."""
+
+class LongPhaseTimeoutError(TimeoutError):
+    """A declared long phase (`long_phase(name, timeout=...)`) lasted past its timeout: this rank's watchdog reports it
+    as the rank's own failure (a cause), with the main thread's stack, and ends the job. `phase` is the phase's name,
+    `timeout` its timeout in seconds."""
+    def __init__(self, msg:str, phase:str|None=None, timeout:float|None=None):
+        super().__init__(msg)
+        self.phase, self.timeout = phase, timeout
+    def __str__(self): return self.args[0]
+    def __reduce__(self): return (type(self), (str(self), self.phase, self.timeout))
 
 # %% ../../nbs/02_runtime.errors.ipynb #1711500f
 def failure_kind(e:BaseException)->str:

@@ -279,7 +279,9 @@ def rank0_first(func, *args, **kwargs):
     In a world of one it is called once. Creates the process group on first need. If `func` raises on rank 0, the
     exception propagates there and every other rank raises `PeerFailedError` naming it. Raises what `setup_distrib`
     raises, and what `rank0_only` raises while the others wait (but a stall: rank 0 is in a declared long phase; so
-    are the other ranks while they run `func`)."""
+    are the other ranks while they run `func`). Every keyword argument goes to `func` (a download's own `timeout=`
+    stays its own): to bound rank 0's part, put `with long_phase('downloading', timeout=SECONDS):` inside `func`,
+    and the job ends after that long, naming the phase; a phase that lasts is reported meanwhile (`long_phase`)."""
     if not ensure_distrib(): return func(*args, **kwargs)
     name = getattr(func, '__qualname__', getattr(func, '__name__', repr(func)))
     res = rank0_only(lambda: func(*args, **kwargs), f"run {name} (rank0_first)")
