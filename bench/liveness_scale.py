@@ -453,6 +453,34 @@ def failure_other(W:int)->dict:
             _report(err)
     return per_incident(r, fail)
 
+def exit_launcher(W:int)->dict:
+    "The launcher's agent publishing rank 1's exit without a goodbye (`record_exit`): its calls per incident"
+    store = DictStore()
+    ranks = Ranks(store, W, -1, prefix='distrib/liveness/0//')
+    ranks.at(range(W), coll_pos()); ranks.beat()
+    liveness.record_exit(store.client('launcher'), 1, 0)
+    return store.counts['launcher'].total()
+
+def exit_reader(W:int)->dict:
+    """Another rank, waiting in a collective, that learns the exit from the `failures` counter its tick reads anyway,
+    then reports its consequence: its calls from the record to its end (its tick's two included)"""
+    r = Run(W, 2)
+    r.ranks.at(range(W), coll_pos())
+    own = lambda: {k: sum(r.store.counts[n].total()[k] for n in ('main', 'watchdog')) for k in ('calls', 'keys', 'bytes')}
+    with position.doing('collective', 'all_reduce_sum'):
+        r.run(WARM)
+        a = own()
+        how = position.exit_verdict(json.loads(r.store.data['hb/1']), 0)  # the launcher's record (`record_exit`)
+        r.store.put('failures', int(r.store.data['failures']) + 1)
+        r.store.put('failure/1', json.dumps({'rank': 1, 'kind': 'exit', 'code': 0, 'summary': how, 'where': None,
+                                             'blame': {'1': {'how': how, 'where': None}}}))
+        for _ in range(5):
+            r.run(1)
+            if r.rank.ended is not None: break
+    assert r.rank.ended is not None, "the record did not end the rank"
+    b = own()
+    return {k: b[k] - a[k] for k in a}
+
 def launcher_summary(W:int)->dict:
     "The launcher's failure summary: the ranks' last positions read from the store (per incident)"
     store = DictStore()
@@ -481,6 +509,9 @@ INCIDENTS = {  # per incident, not per second
     'a failure being reported (per incident)': [('first rank whose collective failed', lambda W: 1, failure_first),
                                                 ('other ranks whose collective failed', lambda W: W - 2, failure_other),
                                                 ('launcher', lambda W: 1, launcher_summary)],
+    "a rank's exit recorded by its launcher (per incident)": [('launcher (publishes it)', lambda W: 1, exit_launcher),
+                                                              ('other rank (reads it, ends)', lambda W: W - 1,
+                                                               exit_reader)],
 }
 
 def measure(worlds, phases=None)->dict:

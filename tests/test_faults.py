@@ -2,10 +2,10 @@
 behind; bad set-ups fail on every rank at once, never hang. Run with `pytest -s` to see how long each fault took to
 end (the FAULT-TIME lines). The cases of a job alive but not moving (stalls, deadlocks, skewed collectives) run
 behind `-m slow`. Signals to the launcher: tests/test_launcher_signals.py; bad set-ups: test_disagree.py."""
-import re, time
+import os, re, time, subprocess
 from concurrent.futures import ThreadPoolExecutor
 import pytest
-from conftest import launch, orphans, report, SCRIPTS
+from conftest import launch, orphans, report, run_forked, new_tag, SCRIPTS
 
 LIVENESS = '3'  # DISTRIB_LIVENESS_TIMEOUT of these jobs: a frozen rank counts as dead after 3 s (default 20)
 
@@ -294,3 +294,57 @@ def test_long_phase_timeout_ends_the_job(slow_runs):
     assert PHASE_STUCK in r.stderr, r.stderr[-3000:]
     assert 3 <= secs < 3 + 10, secs
     assert not orphans(r.tag), orphans(r.tag)
+
+EARLY = ('top', 'import', 'collective')  # early_exit.py's placements of rank 1's os._exit(0)
+EARLY_AT_ONCE, EARLY_ROUNDS = 4, 3      # jobs at once (the load), rounds: 12 jobs, each placement 4 times
+EARLY_HOW = {'top': 'before joining the process group (which can then never be complete)',
+             'import': 'before joining the process group (which can then never be complete)',
+             'collective': 'without leaving the process group'}
+
+@pytest.fixture(scope='module')
+def early_runs():
+    """early_exit.py's jobs, EARLY_AT_ONCE at a time, the placements in turn: a list of (placement, CompletedProcess
+    or the TimeoutExpired of a job that hung, seconds from the exit to the launcher's exit)"""
+    jobs = [EARLY[i % len(EARLY)] for i in range(EARLY_AT_ONCE * EARLY_ROUNDS)]
+    def run(place):
+        try: r = launch(SCRIPTS/'early_exit.py', place, nproc=2, timeout=60, env=dict(DISTRIB_LIVENESS_TIMEOUT=LIVENESS))
+        except subprocess.TimeoutExpired as e: return place, e, None
+        m = re.search(r'FAULT_AT ([\d.]+)', r.stdout)
+        return place, r, time.time() - float(m.group(1)) if m else None
+    with ThreadPoolExecutor(EARLY_AT_ONCE) as ex: return list(ex.map(run, jobs))
+
+@pytest.mark.slow
+def test_early_exit_named_under_load(early_runs):
+    """Rank 1 ends by os._exit(0) (no goodbye) on the script's first line, before `import distrib`; after it, before
+    any distrib call; or right after the process group formed: torchrun counts code 0 as success and waits for rank 0,
+    which waits for rank 1 in the group's set-up (inside torch, where only its watchdog can act) or in its first
+    all-reduce. With 4 jobs at once (12 in all), none hangs: each ends within seconds of the exit, its launcher's first
+    line naming rank 1, its exit code 0 and the group's state it left in the same words whoever noticed first (the
+    launcher's agent published the exit), and no process is left"""
+    hung = [place for place, r, _ in early_runs if isinstance(r, subprocess.TimeoutExpired)]
+    assert not hung, f"{len(hung)} of {len(early_runs)} jobs hung: {hung}"
+    for place, r, secs in early_runs:
+        report(f'early exit at {place}', secs)
+        s = summary(r)
+        assert r.returncode == 1, (place, s + r.stderr[-3000:])
+        assert s.startswith(f'distrib.launch: rank 1 failed: exited with code 0 {EARLY_HOW[place]}, without a word '
+                            '(os._exit?), as its launcher saw (reported by rank 0)'), (place, s)
+        assert 'then rank 0 ended (exit code 1): PeerFailedError: stopped because of rank 1' in s, (place, s)
+        assert secs < 10, (place, secs)
+        assert not orphans(r.tag), orphans(r.tag)
+
+@pytest.mark.slow
+def test_early_exit_under_plain_torchrun_named_at_the_timeout():
+    """Under plain torchrun (no distrib worker, no agent's record) rank 1's os._exit(0) before `import distrib` leaves
+    no trace: liveness starts in setup_distrib. Rank 0 waits in the process group's set-up for the group's timeout
+    (here 4 s), then setup_distrib names rank 1 as the rank that never published a heartbeat, not only a store key"""
+    tag = new_tag()
+    env = dict(os.environ, PYTHONUNBUFFERED='1', DISTRIB_TEST_TAG=tag, EARLY_TIMEOUT='4')
+    start = time.time()
+    r = run_forked(['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', SCRIPTS/'early_exit.py',
+                    'top'], env, 90)
+    report('early exit under plain torchrun, group timeout 4 s', time.time() - start, 'the launch')
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert ("CollectiveTimeoutError: init_process_group timed out on rank 0 (called from setup_distrib" in r.stderr
+            and "after 4 s in setting up the process group: rank 1 never published a heartbeat" in r.stderr), r.stderr
+    assert not orphans(tag), orphans(tag)

@@ -12,7 +12,7 @@ from .world import World, WorldError, current_world, pg_initialized
 from .errors import PeerFailedError
 from .position import doing, long_phase, queue_tracking
 from .liveness import start_liveness, set_group_state, running as liveness_running
-from .waits import store_barrier, announce, wait_for
+from .waits import store_barrier, announce, wait_for, explain_failure
 from .stalls import watch_stalls
 
 # %% auto #0
@@ -112,7 +112,9 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
     process. Returns False, doing nothing, when a group exists already or the world has one process. Raises
     `WorldError` for inconsistent environment variables or an unknown rank-0 address, `RuntimeError` when a CUDA
     device is asked for without CUDA and `ValueError` for a GPU index this process does not see (`rank_device`);
-    torch's own errors (a rendezvous that times out) pass through."""
+    torch's own errors (a rendezvous that times out) pass through, or, once liveness runs, the
+    `CollectiveTimeoutError` or `PeerFailedError` that names the ranks at fault (`explain_failure`: a rank that
+    never started liveness, or ended, before the group formed)."""
     if isinstance(device, int) and not isinstance(device, bool): device = f'cuda:{device}'
     device = torch.device(device) if device is not None else None
     world = current_world() if world is None else world
@@ -132,8 +134,10 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
             dist.init_process_group(backend or default_backend(device), store=store, rank=rank, world_size=size,
                                     timeout=timeout)
             _nccl_backstop(timeout)
-    except BaseException:
+    except BaseException as e:
+        err = explain_failure(e, timeout.total_seconds())  # a peer that never came, or ended, named from the store
         set_group_state('none')
+        if err is not e: raise err from e
         raise
     set_group_state('joined')
     _State.timeout = timeout
