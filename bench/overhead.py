@@ -31,6 +31,11 @@ On the Learner side the progress bar is drawn (to a sink that says it is a termi
 - data: iterating rank 0's shard (W=2, batch 64, shuffle) of the training set, 4 epochs: `DistributedDL` vs
   `DataLoader` + `DistributedSampler`, with num_workers 0 and 2 (persistent workers: worker start-up not timed).
   Both must give the same batches (checked).
+- ddp_items (not in the default sections): the ddp section with a loss over items on both sides (issue 33): A sums
+  the loss, all-reduces the count of valid targets and divides by it before the backward (torchtitan's way, the
+  all-reduce waited for at once); B is the Learner with `nn.CrossEntropyLoss()`, whose `ItemMean` starts the count's
+  all-reduce in `before_batch` and waits for it before the backward. Against the ddp section's ratio, it measures
+  what the one extra all-reduce of one number per step costs distrib (the hand-written loop pays it too).
 
 With `--device cuda` the model, the batches and the all-reduced sums are on the GPU (`cuda:<local rank>`, or
 GPU 0 for every rank when there are fewer GPUs than ranks, over gloo then, since NCCL takes one GPU per rank); each
@@ -55,7 +60,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's distrib
 from distrib import Callback
 
 N_TRAIN, N_VALID, BS, EPOCHS, LR, W = 8192, 2048, 64, 2, 1e-3, 2
-TARGETS = dict(ddp=0.98, single=0.98, data_nw0=1.0, data_nw2=1.0, dispatch_us=20.0)
+TARGETS = dict(ddp=0.98, ddp_items=0.98, single=0.98, data_nw0=1.0, data_nw2=1.0, dispatch_us=20.0)
 
 def make_data():
     "Synthetic 10-class data: x ~ N(0, 1) in R^784, y = argmax of a fixed random projection (learnable)"
@@ -77,14 +82,17 @@ def make_model():
 # ---------------------------------------------------------------------------------------------------------------
 # The hand-written loops (A)
 
-def raw_fit(model, train_dl, valid_dl, train_sampler=None, every=0, device=None):
+def raw_fit(model, train_dl, valid_dl, train_sampler=None, every=0, device=None, items=False):
     """A plain training loop, written as a generator: `EPOCHS` epochs of Adam steps, each followed by a validation
     pass computing loss and accuracy; the sums are all-reduced when a process group exists. `model` may be
     DDP-wrapped (validation then runs its `.module`, as the Learner does). It pauses (yields) after every `every`-th
     batch, training and validation alike (never when `every` is 0), so that another loop can take turns with it
     (`Turns`). Its return value (`StopIteration.value`) is `[train_loss, valid_loss, accuracy]` of the last epoch.
     Sums are Python floats from `.item()`: on CPU the cheapest way (no device to wait for), as the Learner does.
-    With `device` (a GPU), each batch is moved there first, and the sums are all-reduced there under NCCL."""
+    With `device` (a GPU), each batch is moved there first, and the sums are all-reduced there under NCCL. With
+    `items`, the loss is a loss over items written by hand as torchtitan writes it (pytorch/torchtitan#2206): the sum
+    of the batch's losses, divided by the number of valid targets over all ranks (one all-reduce of one number, before
+    the backward), times the world size (DDP averages); the training loss is the mean over the valid targets."""
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     plain = getattr(model, 'module', model)
     ddp = dist.is_initialized()
@@ -96,11 +104,19 @@ def raw_fit(model, train_dl, valid_dl, train_sampler=None, every=0, device=None)
         tl, tn = 0., 0
         for x, y in train_dl:
             if device is not None: x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
+            if items:
+                s = F.cross_entropy(model(x), y, ignore_index=-100, reduction='sum')
+                cnt = (y != -100).sum()
+                total = cnt.to(on, copy=True)
+                if ddp: dist.all_reduce(total)
+                (s*(dist.get_world_size() if ddp else 1)/total.to(s.device)).backward()
+                tl += s.item(); tn += cnt.item()
+            else:
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                tl += loss.item()*len(y); tn += len(y)
             opt.step()
             opt.zero_grad(set_to_none=True)
-            tl += loss.item()*len(y); tn += len(y)
             n += 1
             if n == every: n = 0; yield
         if ddp:
@@ -224,8 +240,10 @@ def gpu_for_rank(local_rank:int, world_size:int)->tuple:
     n = torch.cuda.device_count()
     return (torch.device('cuda', local_rank), 'nccl') if world_size <= n else (torch.device('cuda', 0), 'gloo')
 
-def worker_ddp(reps:int, every:int, cuda:bool=False):
-    "One launched job: lockstep pairs of the raw DDP loop (A) and Learner + distrib_ctx (B); rank 0 returns the figures"
+def worker_ddp(reps:int, every:int, cuda:bool=False, items:bool=False):
+    """One launched job: lockstep pairs of the raw DDP loop (A) and Learner + distrib_ctx (B); rank 0 returns the
+    figures. With `items`, both train with a loss over items: by hand (A, `raw_fit`), and `nn.CrossEntropyLoss()` (B),
+    which the Learner's `ItemMean` weights over the ranks"""
     from distrib import Learner, DataLoaders, accuracy, setup_distrib, current_world
     torch.set_num_threads(1)
     w = current_world()
@@ -241,9 +259,9 @@ def worker_ddp(reps:int, every:int, cuda:bool=False):
         ts = DistributedSampler(train_a, shuffle=True, seed=0)
         loop = raw_fit(ddp, DataLoader(train_a, batch_size=BS, sampler=ts),
                        DataLoader(valid_a, batch_size=BS, sampler=DistributedSampler(valid_a, shuffle=False)), ts, every,
-                       device)
+                       device, items)
         dls = DataLoaders(DataLoader(train_b, batch_size=BS, shuffle=True), DataLoader(valid_b, batch_size=BS))
-        learn = Learner(dls, make_model(), F.cross_entropy, metrics=accuracy)
+        learn = Learner(dls, make_model(), nn.CrossEntropyLoss() if items else F.cross_entropy, metrics=accuracy)
         learn.logger = noop  # the epoch table would interleave with ours
         with learn.distrib_ctx(device=device):
             t_a, t_b, res_a, res_b = lockstep(learn, loop, every, lead, sync)
@@ -348,11 +366,11 @@ def _job(args, out, timeout=600):
     _run([sys.executable, __file__, '--out', out, *args], timeout)
     return json.loads(Path(out).read_text())
 
-def bench_ddp(reps:int, every:int, tmp, world_size:int=W, device:str='cpu')->dict:
-    "One `python -m distrib.launch` job of `world_size` processes running the DDP lockstep pairs"
+def bench_ddp(reps:int, every:int, tmp, world_size:int=W, device:str='cpu', worker:str='ddp')->dict:
+    "One `python -m distrib.launch` job of `world_size` processes running the DDP lockstep pairs (of `worker`)"
     f = Path(tmp)/'ddp.json'
     _run([sys.executable, '-m', 'distrib.launch', '--nproc_per_node', str(world_size), __file__, '--out', str(f),
-          '--worker', 'ddp', '--reps', str(reps), '--every', str(every), '--device', device], 900)
+          '--worker', worker, '--reps', str(reps), '--every', str(every), '--device', device], 900)
     return json.loads(f.read_text())
 
 def needs_cuda(script:str, device:str):
@@ -376,7 +394,9 @@ def main():
     a = p.parse_args()
     if a.worker:
         cuda = a.device == 'cuda'
-        res = dict(ddp=lambda: worker_ddp(a.reps, a.every, cuda), single=lambda: worker_single(a.reps, a.every, cuda),
+        res = dict(ddp=lambda: worker_ddp(a.reps, a.every, cuda),
+                   ddp_items=lambda: worker_ddp(a.reps, a.every, cuda, items=True),
+                   single=lambda: worker_single(a.reps, a.every, cuda),
                    dispatch=lambda: worker_dispatch(a.reps, a.runs), data=lambda: worker_data(a.reps, a.runs, a.nw))[a.worker]()
         if res is not None: Path(a.out).write_text(json.dumps(res))
         return
@@ -394,6 +414,7 @@ def main():
         def job(*args): return _job([*args, '--reps', str(a.reps), '--runs', str(a.runs), '--every', str(a.every),
                                      '--device', a.device], str(Path(tmp)/'out.json'))
         if 'ddp' in sections: figs['ddp'] = bench_ddp(a.reps, a.every, tmp)
+        if 'ddp_items' in sections: figs['ddp_items'] = bench_ddp(a.reps, a.every, tmp, W, a.device, 'ddp_items')
         if 'ddp2' in sections: figs['ddp2'] = bench_ddp(a.reps, a.every, tmp, 2, a.device)
         if 'single' in sections: figs['single'] = job('--worker', 'single')
         if 'dispatch' in sections: figs['dispatch'] = job('--worker', 'dispatch')
@@ -401,6 +422,7 @@ def main():
             for nw in (0, 2): figs[f'data_nw{nw}'] = job('--worker', 'data', '--nw', str(nw))
     summary, ok = {}, True
     names = dict(ddp=('DDP W=2, steps/s', 'raw DDP loop', 'Learner+distrib_ctx'),
+                 ddp_items=('DDP W=2 items, steps/s', 'raw DDP loop, count all-reduce', 'Learner+distrib_ctx'),
                  ddp2=('GPU, DDP W=2, steps/s', 'raw DDP loop', 'Learner+distrib_ctx'),
                  single=('1 process, steps/s', 'plain loop', 'Learner.fit'),
                  data_nw0=('data nw=0, batches/s', 'DataLoader+DistributedSampler', 'DistributedDL'),
@@ -429,7 +451,7 @@ def main():
         summary[k] = dict(a=ma, b=mb, a_reps=ra, b_reps=rb, met=good,
                           **({'overhead_us': val, 'overhead_of_medians_us': of_medians} if k == 'dispatch'
                              else {'ratio': val, 'ratio_of_medians': of_medians}))
-    for k in ('ddp', 'ddp2', 'single'):
+    for k in ('ddp', 'ddp_items', 'ddp2', 'single'):
         if k in figs:
             ra, rb, diff = figs[k]['results']['a'], figs[k]['results']['b'], figs[k]['max_result_diff']
             same = diff < 1e-4  # over every pair

@@ -18,6 +18,7 @@ from .data import DataLoaders, DistributedDL, IterableShards
 from .callback.core import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
 from .metrics import Metric, AvgMetric
+from .losses import batch_loss, ItemMean
 from .recorder import Recorder, ProgressCallback, GatherPreds
 from .model import model_device
 from .saving import LearnerSaving
@@ -69,11 +70,14 @@ class Learner(LearnerSaving):
         dls (DataLoaders): `dls.train` yields `(x, y)` training batches (or `(x1, ..., xn, y)`; a training batch
             without a target raises `ValueError`), `dls.valid` validation batches.
         model (nn.Module): maps `*xb` to predictions.
-        loss_func: `loss_func(pred, *yb)` returns the batch-mean loss (a 0-d tensor).
+        loss_func: `loss_func(pred, *yb)` returns the batch-mean loss (a 0-d tensor), or `(sum, count)`: the loss
+            summed over the items it covers and their number (`distrib.losses`; `nn.CrossEntropyLoss` and
+            `nn.NLLLoss` count their non-ignored targets): every item then weighs the same, over the ranks and
+            micro-batches of an optimizer step and in the recorded averages.
         opt_func: builds the optimizer, `opt_func(params, lr=lr)`. Default `torch.optim.Adam`.
         lr (float): learning rate. Default 1e-3.
         metrics: functions `f(pred, *yb)` returning a batch mean (wrapped in `AvgMetric`) or `Metric`s.
-        cbs: callbacks to add, besides the default `Recorder` and `ProgressCallback`.
+        cbs: callbacks to add, besides the default `Recorder`, `ProgressCallback` and `ItemMean`.
         path, model_dir: `save`/`load` use `path/model_dir/<name>.pth`.
         independent (bool): in a world of several processes, each rank trains and evaluates its own model on its
             own, deliberately (one run per rank). Default False: `fit` raises unless the Learner is distributed.
@@ -91,7 +95,8 @@ class Learner(LearnerSaving):
         self._event, self._n_level = 'after_create', 0
         self.epoch = self.n_epoch = self.iter = self.n_iter = 0
         self.training, self.dl, self.world, self._warned = False, None, None, False
-        self.add_cbs([Recorder(), ProgressCallback()] + listify(cbs))
+        self.loss_sum, self.n_items = None, 0
+        self.add_cbs([Recorder(), ProgressCallback(), ItemMean()] + listify(cbs))
         self('after_create')
 
     def add_cb(self, cb:Callback)->Learner:
@@ -186,7 +191,7 @@ class Learner(LearnerSaving):
         self.pred = self.model(*self.xb)
         self('after_pred')
         if self.yb:
-            self.loss_grad = self.loss_func(self.pred, *self.yb)
+            self.loss_grad, self.loss_sum, self.n_items = batch_loss(self.loss_func, self.pred, *self.yb)
             self.loss = self.loss_grad.clone()
             self('after_loss')
         if not self.training: return
@@ -268,8 +273,9 @@ class Learner(LearnerSaving):
                 for fn in reversed(fns): fn()
 
     def validate(self, ds_idx:int=1, dl=None, cbs=None)->list:
-        """Evaluate on `dl` (default `dls[ds_idx]`): `[valid_loss, *metrics]`, sample averages over the whole data
-        set (sharded across ranks under `distrib_ctx`; on this rank alone outside it)"""
+        """Evaluate on `dl` (default `dls[ds_idx]`): `[valid_loss, *metrics]`, averages over the whole data set's
+        samples, or its items for a loss or metric over items (`distrib.losses`) (sharded across ranks under
+        `distrib_ctx`; on this rank alone outside it)"""
         self._check_world('validate')
         self._n_level = 0
         with self.added_cbs(cbs): self._do_epoch_validate(ds_idx, dl)

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from fastcore.basics import class2attr
 from .runtime.collectives import all_reduce_sum, gather_in_order
 from .data import find_bs
+from .losses import sum_and_count, count_dtype
 
 # %% auto #0
 __all__ = ['Metric', 'AvgMetric', 'AvgLoss', 'accuracy', 'AccumMetric']
@@ -27,27 +28,45 @@ class Metric:
 
 # %% ../nbs/13_metrics.ipynb #b1ee87ff
 class AvgMetric(Metric):
-    """Sample average of `func(pred, *yb)` (which returns a batch mean), summed over ranks by `sync` (fastai's
-    AvgMetric). `total` is the float64 sum of `func(...)*bs` since `reset`, `count` the number of samples."""
+    """Average of `func(pred, *yb)` over the samples of a pass (`func` returns a batch mean), or over the items it
+    counts when it returns `(sum, count)` (`distrib.losses.sum_and_count`), summed over ranks by `sync` (fastai's
+    AvgMetric). `total` is the float64 sum of `func(...)*bs` (of the sums) since `reset`, `count` the number of
+    samples (of items: an int, or a float for weighted items)."""
     def __init__(self, func): self.func = func
     def reset(self): self.total, self.count = torch.zeros((), dtype=torch.float64), 0
     @property
     def total(self)->torch.Tensor:
-        "Sum of `func(pred, *yb)*bs` over the batches since `reset`: a float64 0-d tensor"
+        "Sum of `func(pred, *yb)*bs` (or of the sums) over the batches since `reset`: a float64 0-d tensor"
         return self._total + self._host if self._host else self._total
     @total.setter
     def total(self, t:torch.Tensor): self._total, self._host = t, 0.
-    def _batch_value(self, learn): return self.func(learn.pred, *learn.yb)
+    @property
+    def count(self):
+        "The samples (or items) since `reset`: a number (counts kept on an accelerator are read here)"
+        return self._count if self._dcount is None else self._count + self._dcount.item()
+    @count.setter
+    def count(self, n): self._count, self._dcount = n, None
+    def _batch_value(self, learn)->tuple:
+        "`(mean, None)`, or `(sum, count)` for a `func` over items (`sum_and_count`)"
+        return sum_and_count(self.func, learn.pred, *learn.yb)
+    def _samples(self, learn)->int: return find_bs(learn.yb)
     def accumulate(self, learn):
-        bs = find_bs(learn.yb)
-        v = self._batch_value(learn)
-        if v.is_cpu and v.numel() == 1: self._host += v.item()*bs  # CPU: no device to wait for
-        else: self._total = self._total.to(v.device) + v.detach().double()*bs
-        self.count += bs
+        v, n = self._batch_value(learn)
+        if n is None:   # a batch mean: weighted by the batch's samples
+            bs = self._samples(learn)
+            if v.is_cpu and v.numel() == 1: self._host += v.item()*bs  # CPU: no device to wait for
+            else: self._total = self._total.to(v.device) + v.detach().double()*bs
+            self._count += bs
+        elif v.is_cpu and n.is_cpu: self._host += v.item(); self._count += n.item()
+        else:   # kept on the device (`count_dtype`) until `value`, `sync` or `state_dict` reads them
+            dt = count_dtype(v.device)
+            self._total = self._total.to(v.device, dt) + v.detach().to(dt)
+            self._dcount = n if self._dcount is None else self._dcount + n
     def sync(self, dl=None):
         "Sum `total` and `count` over all ranks (one all-reduce); every rank must call it"
-        t = all_reduce_sum(torch.stack([self.total.cpu(), torch.tensor(self.count, dtype=torch.float64)]))
-        self.total, self.count = t[0], int(t[1].item())
+        t = all_reduce_sum(torch.stack([self.total.cpu().double(), torch.tensor(self.count, dtype=torch.float64)]))
+        n = t[1].item()
+        self.total, self.count = t[0], int(n) if n == int(n) else n
     @property
     def value(self)->float|None: return self.total.item()/self.count if self.count else None
     @property
@@ -60,9 +79,13 @@ class AvgMetric(Metric):
         self._total, self._host, self.count = state['total'], state['host'], state['count']
 
 class AvgLoss(AvgMetric):
-    "Sample average of the loss (`learn.loss`, a batch mean) over a pass"
+    """Average of the loss over a pass: of `learn.loss`, a batch mean, over the samples; for a loss over items
+    (`learn.loss_sum` is not None), of `learn.loss_sum` over the items, `learn.n_items`"""
     def __init__(self): self.func = None
-    def _batch_value(self, learn): return learn.loss
+    def _batch_value(self, learn)->tuple:
+        s = learn.loss_sum
+        return (learn.loss, None) if s is None else (s, learn.n_items)
+    def _samples(self, learn)->int: return learn.n_items   # `find_bs(learn.yb)`, as the Learner found it
     @property
     def name(self)->str: return 'loss'
 

@@ -12,7 +12,8 @@ from .runtime.world import current_world
 from .runtime.collectives import all_reduce_sum
 from .callback.core import Callback
 from .metrics import AvgLoss
-from .data import DistributedDL, IterableShards, find_bs
+from .data import DistributedDL, IterableShards
+from .losses import count_dtype
 
 # %% auto #0
 __all__ = ['Recorder', 'ProgressCallback', 'GatherPreds']
@@ -36,7 +37,8 @@ class Recorder(Callback):
     rank); `log` is the last validation's `[valid_loss, *metrics]`; `metric_names` names the columns. Per training
     step (fastai's Recorder): `losses` (smoothed with `beta`, fastai's `AvgSmoothLoss`), `step_losses` (raw), `lrs`
     and `hps` (dict name -> list, the last parameter group's), and `iters` (steps done after each epoch); a step's
-    loss is the global batch's under `distrib_ctx`, filled in at the end of each training pass.
+    loss is the global batch's under `distrib_ctx` (its mean over the samples, or the items of a loss over items),
+    filled in at the end of each training pass. Losses are weighted by `learn.n_items`: samples, or items.
 
     Args:
         beta (float): the smoothing of `losses`, in [0, 1). Default 0.98, as fastai's."""
@@ -62,7 +64,7 @@ class Recorder(Callback):
         if not self.learn.yb: return
         if self.learn.training:
             self.train_loss.accumulate(self.learn)
-            self._pending.append((self.learn.loss.detach(), find_bs(self.learn.yb)))
+            self._pending.append((self.learn.loss.detach(), self.learn.n_items))
             hps = _hypers(self.learn.opt.param_groups[-1]) if getattr(self.learn.opt, 'param_groups', None) else {}
             for k, v in hps.items(): self.hps.setdefault(k, []).append(v)
             self.lrs.append(hps.get('lr'))
@@ -76,16 +78,29 @@ class Recorder(Callback):
         if self._sharded():
             for m in ms: m.sync(self.learn.dl)
     def _pending_sums(self)->torch.Tensor:
-        "This rank's steps of the pass so far: a float64 tensor (n_steps, 2) of `loss*bs` and `bs`"
+        """This rank's steps of the pass so far: a float64 tensor (n_steps, 2) of `loss*n` and `n`, `n` the batch's
+        samples (`learn.n_items`: its items, for a loss over items); one copy from the device"""
         if not self._pending: return torch.zeros(0, 2, dtype=torch.float64)
-        loss = torch.stack([l.reshape(()).double() for l, _ in self._pending]).cpu()
-        bs = torch.tensor([b for _, b in self._pending], dtype=torch.float64)
+        dev = self._pending[-1][0].device   # the steps resumed from a checkpoint are on the CPU, the others here
+        dt = count_dtype(dev)
+        loss = torch.stack([l.reshape(()).to(dev, dt) for l, _ in self._pending]).cpu().double()
+        ns = [n for _, n in self._pending]
+        if any(isinstance(n, torch.Tensor) for n in ns):   # counts of items, on the device
+            ns = torch.stack([torch.as_tensor(n).reshape(()).to(dev, dt) for n in ns]).cpu()
+        bs = torch.as_tensor(ns, dtype=torch.float64)
         return torch.stack([loss*bs, bs], 1)
     def _record_steps(self):
-        "Each step's loss over the global batch (one all-reduce when sharded), then the smoothed losses"
+        """Each step's loss over the global batch (one all-reduce when sharded), then the smoothed losses; a step
+        without any item (a loss over items whose targets were all ignored) has a NaN loss and leaves the smoothed
+        loss as it was"""
         t = self._pending_sums()
         if self._sharded(): t = all_reduce_sum(t)
-        for v in (t[:, 0]/t[:, 1]).tolist():
+        for s, n in t.tolist():
+            if not n:
+                self.step_losses.append(float('nan'))
+                self.losses.append(self.losses[-1] if self.losses else float('nan'))
+                continue
+            v = s/n
             self._n += 1
             self._smooth = self.beta*self._smooth + (1 - self.beta)*v
             self.step_losses.append(v)
@@ -120,7 +135,8 @@ class Recorder(Callback):
         self.losses, self.step_losses, self.lrs = s['losses'].tolist(), s['step_losses'].tolist(), s['lrs'].tolist()
         self.hps, self.iters = {k: v.tolist() for k, v in s['hps'].items()}, list(s['iters'])
         self._smooth, self._n = s['smooth'], s['n']
-        self._pending = [(r[0]/r[1], int(r[1])) for r in s['pending']]
+        self._pending = [(r[0]/r[1] if r[1] else r[0], int(r[1]) if r[1] == int(r[1]) else r[1].item())
+                         for r in s['pending']]
 
 # %% ../nbs/14_recorder.ipynb #70a7c768
 def _fmt(v)->str: return '' if v is None else f'{v:.6f}' if isinstance(v, float) else str(v)

@@ -109,8 +109,8 @@ def checked(out:str, name:str)->bool:
 # process without a group yet), the compiling one last (it changes dynamo's settings); fsdp there leaves the
 # checkpoint its run on 3 processes loads.
 TOGETHER = {2: ['one_world', 'ctx_restore', 'collectives', 'exactness', 'accumulate', 'ddp_options', 'iterable',
-                'callbacks', 'trackers', 'fsdp', 'compile'],
-            3: ['exactness', 'fsdp']}
+                'callbacks', 'trackers', 'items', 'fsdp', 'compile'],
+            3: ['exactness', 'items', 'fsdp']}
 
 def _shared_dir(tmp_path_factory)->Path:
     "The temporary directory of this pytest run, shared by its xdist workers (each has its own below it)"

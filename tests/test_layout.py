@@ -12,8 +12,8 @@ PKG = Path(__file__).resolve().parent.parent/'distrib'
 LAYERS = [
     ('runtime', ['distrib.runtime']),
     ('data', ['distrib.data']),
-    ('loop', ['distrib.callback.core', 'distrib.metrics', 'distrib.recorder', 'distrib.files', 'distrib.state',
-              'distrib.model', 'distrib.saving', 'distrib.learner']),
+    ('loop', ['distrib.callback.core', 'distrib.losses', 'distrib.metrics', 'distrib.recorder', 'distrib.files',
+              'distrib.state', 'distrib.model', 'distrib.saving', 'distrib.learner']),
     ('callbacks', ['distrib.callback']),
     ('strategies', ['distrib.strategies']),
     ('launch', ['distrib.launch', 'distrib.env']),

@@ -58,10 +58,13 @@ class GradientAccumulation(Callback):
             the `no_sync()`, and `'forced_sync'` is not available.
 
     Each micro-batch's loss is scaled by `b*W/n_acc` for the backward (`b` samples on this rank, `W` ranks), so the
-    step uses the mean gradient over the window's samples: the weights of one process with batches of `n_acc`.
+    step uses the mean gradient over the window's samples: the weights of one process with batches of `n_acc`. For a
+    loss over items (`distrib.losses`), the window still ends after `n_acc` samples, and the `Learner`'s `ItemMean`
+    weights each item of the window alike instead (the mean over the window's items, counted over all ranks).
     `learn.gradient_accumulation.n_steps` counts the optimizer steps of the current `fit`; `planned_steps(sizes)`
     is the number of steps micro-batches of `sizes` samples give. Runs at `order` 6, before `MixedPrecision` (10),
-    as in fastai: a callback that needs the complete gradients in `before_step` needs an order above 6.
+    as in fastai: a callback that needs the complete gradients in `before_step` needs an order above 6 (above 8,
+    `ItemMean`'s, for a loss over items).
 
     Raises `ValueError` for `n_acc` < 1 or an unknown `sync_strategy`, and at `before_fit` for a strategy using
     `no_sync()` on a DDP model with `static_graph=True` (pytorch/pytorch#143580) and for `'forced_sync'` under
@@ -128,8 +131,10 @@ class GradientAccumulation(Callback):
         if self._no_sync is not None: self._no_sync.__exit__(None, None, None); self._no_sync = None
 
     def before_backward(self):
-        "Scale what the backward sees, `loss_grad`; the recorded `loss` stays the micro-batch's mean"
-        if self.active: self.learn.loss_grad = self.learn.loss_grad * (self.bs*self.world/self.n_acc)
+        """Scale what the backward sees, `loss_grad`, by the micro-batch's share of the window's samples; the recorded
+        `loss` stays the micro-batch's mean. A loss over items is weighted by `ItemMean` instead"""
+        if self.active and self.learn.loss_sum is None:
+            self.learn.loss_grad = self.learn.loss_grad * (self.bs*self.world/self.n_acc)
     def after_backward(self): self._exit_no_sync()
 
     def before_step(self):
@@ -139,7 +144,7 @@ class GradientAccumulation(Callback):
         if self.count < self.n_acc: raise CancelBatchException(every_rank=True)  # the same count on every rank
         ddp = self._ddp()
         if ddp is not None and self.strategy == 'forced_sync': _all_reduce_grads(ddp.parameters(), ddp.process_group)
-        if self.count != self.n_acc:  # overshoot: the mean over the samples actually accumulated
+        if self.count != self.n_acc and self.learn.loss_sum is None:  # overshoot: the mean over the samples seen
             for p in self.learn.model.parameters():
                 if p.grad is not None: p.grad.mul_(self.n_acc/self.count)
         self.count = 0

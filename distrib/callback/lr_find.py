@@ -12,7 +12,7 @@ from fastcore.basics import patch, noop
 from ..runtime.world import current_world
 from .core import CancelFitException, CancelValidException
 from ..runtime.collectives import all_reduce_sum
-from ..data import DistributedDL, find_bs
+from ..data import DistributedDL
 from ..learner import Learner
 from ..model import unwrap_model
 from .schedule import ParamScheduler, SchedExp, planned_steps
@@ -70,9 +70,10 @@ class LRFinder(ParamScheduler):
         "Add the batch's loss; after a step, record the step's smoothed global loss, stop when done or diverged"
         learn = self.learn
         if not learn.training or not learn.yb: return
-        bs = find_bs(learn.yb)
-        self._sum += learn.loss.detach().float().sum().item()*bs
-        self._count += bs
+        n = learn.n_items   # samples, or the items of a loss over items
+        n = n.item() if isinstance(n, torch.Tensor) else n
+        self._sum += learn.loss.detach().float().sum().item()*n
+        self._count += n
         if not self._stepped: return
         self._stepped = False
         self.avg = self.beta*self.avg + (1 - self.beta)*self._step_loss()
