@@ -22,7 +22,7 @@ saturation. Last, the comparison with the figures of the protocol before issue 3
 benchmark's first version, run on the code of commit faab3c1), the table of the README's Performance section.
 """
 from __future__ import annotations
-import argparse, datetime, json, math, multiprocessing as mp, os, sys, time as _time, types, zlib
+import argparse, datetime, json, math, multiprocessing as mp, os, sys, tempfile, time as _time, types, zlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -121,7 +121,7 @@ def use_clock(clock:Clock):
     "Replace `time` in distrib's runtime modules by `clock` (a module-like namespace)"
     fake = types.SimpleNamespace(monotonic=clock.monotonic, time=clock.time, sleep=clock.sleep,
                                  perf_counter=clock.perf_counter)
-    for m in (liveness, waits, stalls):
+    for m in (liveness, waits, stalls, position):  # position: a declared long phase's start, on the same clock
         if hasattr(m, 'time'): m.time = fake
     return fake
 
@@ -417,6 +417,11 @@ def deadlock_other(W:int)->dict:
         if r.rank.ended is not None: break
     return r.rate(HOLD, len(r.snaps))
 
+def _report(err:BaseException):
+    """`report_failure(err)` then `settle`, the record written to a temporary file: never to `os.devnull`, which
+    an `ErrorRecord` written by a rename would replace by a regular file when run as root"""
+    with tempfile.TemporaryDirectory() as d: liveness.settle(liveness.report_failure(err, path=os.path.join(d, 'rec')))
+
 def failure_first(W:int)->dict:
     "Rank 0 was killed; rank 1's collective raises first: it explains it (reads every heartbeat once) and reports"
     r = Run(W, 1)
@@ -428,7 +433,7 @@ def failure_first(W:int)->dict:
         try: dist.all_reduce(torch.zeros(1))  # raises in torch.distributed's all_reduce: no process group here
         except Exception as e:
             err = waits.explain_failure(e, 60.)
-            liveness.settle(liveness.report_failure(err, path=os.devnull))
+            _report(err)
     return per_incident(r, fail)
 
 def failure_other(W:int)->dict:
@@ -445,8 +450,36 @@ def failure_other(W:int)->dict:
         try: dist.all_reduce(torch.zeros(1))
         except Exception as e:
             err = waits.explain_failure(e, 60.)
-            liveness.settle(liveness.report_failure(err, path=os.devnull))
+            _report(err)
     return per_incident(r, fail)
+
+def exit_launcher(W:int)->dict:
+    "The launcher's agent publishing rank 1's exit without a goodbye (`record_exit`): its calls per incident"
+    store = DictStore()
+    ranks = Ranks(store, W, -1, prefix='distrib/liveness/0//')
+    ranks.at(range(W), coll_pos()); ranks.beat()
+    liveness.record_exit(store.client('launcher'), 1, 0)
+    return store.counts['launcher'].total()
+
+def exit_reader(W:int)->dict:
+    """Another rank, waiting in a collective, that learns the exit from the `failures` counter its tick reads anyway,
+    then reports its consequence: its calls from the record to its end (its tick's two included)"""
+    r = Run(W, 2)
+    r.ranks.at(range(W), coll_pos())
+    own = lambda: {k: sum(r.store.counts[n].total()[k] for n in ('main', 'watchdog')) for k in ('calls', 'keys', 'bytes')}
+    with position.doing('collective', 'all_reduce_sum'):
+        r.run(WARM)
+        a = own()
+        how = position.exit_verdict(json.loads(r.store.data['hb/1']), 0)  # the launcher's record (`record_exit`)
+        r.store.put('failures', int(r.store.data['failures']) + 1)
+        r.store.put('failure/1', json.dumps({'rank': 1, 'kind': 'exit', 'code': 0, 'summary': how, 'where': None,
+                                             'blame': {'1': {'how': how, 'where': None}}}))
+        for _ in range(5):
+            r.run(1)
+            if r.rank.ended is not None: break
+    assert r.rank.ended is not None, "the record did not end the rank"
+    b = own()
+    return {k: b[k] - a[k] for k in a}
 
 def launcher_summary(W:int)->dict:
     "The launcher's failure summary: the ranks' last positions read from the store (per incident)"
@@ -476,6 +509,9 @@ INCIDENTS = {  # per incident, not per second
     'a failure being reported (per incident)': [('first rank whose collective failed', lambda W: 1, failure_first),
                                                 ('other ranks whose collective failed', lambda W: W - 2, failure_other),
                                                 ('launcher', lambda W: 1, launcher_summary)],
+    "a rank's exit recorded by its launcher (per incident)": [('launcher (publishes it)', lambda W: 1, exit_launcher),
+                                                              ('other rank (reads it, ends)', lambda W: W - 1,
+                                                               exit_reader)],
 }
 
 def measure(worlds, phases=None)->dict:

@@ -5,16 +5,16 @@
 # %% auto #0
 __all__ = ['World', 'WorldError', 'detect_world', 'current_world', 'rank_distrib', 'num_distrib', 'local_rank_distrib',
            'pg_initialized', 'expand_hostlist', 'requeue_slurm_job', 'CollectiveTimeoutError', 'PeerFailedError',
-           'RanksDivergedError', 'in_collective', 'ErrorRecord', 'record_error', 'Failure', 'root_failure',
-           'long_phase', 'liveness_timeout', 'DEFAULT_LIVENESS_TIMEOUT', 'DEFAULT_TIMEOUT', 'default_backend',
-           'setup_distrib', 'ensure_distrib', 'teardown_distrib', 'distrib_barrier', 'distrib_timeout', 'rank0_first',
-           'broadcast_object', 'all_reduce_mean', 'all_reduce_sum', 'gather_object', 'gather_in_order', 'DataLoaders',
-           'DistributedDL', 'shard_idxs', 'iter_shard', 'IterableShards', 'set_seed', 'get_random_states',
-           'set_random_states', 'save_file', 'load_file', 'Callback', 'events', 'CancelFitException',
-           'CancelEpochException', 'CancelTrainException', 'CancelValidException', 'CancelBatchException',
-           'CancelBackwardException', 'CancelStepException', 'Metric', 'AvgMetric', 'AvgLoss', 'AccumMetric',
-           'accuracy', 'item_count', 'sum_and_count', 'batch_loss', 'ItemMean', 'scale_grads_', 'Recorder',
-           'ProgressCallback', 'GatherPreds', 'is_sharded', 'full_model_state', 'full_opt_state',
+           'RanksDivergedError', 'LongPhaseTimeoutError', 'in_collective', 'ErrorRecord', 'record_error', 'Failure',
+           'root_failure', 'long_phase', 'liveness_timeout', 'DEFAULT_LIVENESS_TIMEOUT', 'DEFAULT_TIMEOUT',
+           'default_backend', 'setup_distrib', 'ensure_distrib', 'teardown_distrib', 'distrib_barrier',
+           'distrib_timeout', 'rank0_first', 'broadcast_object', 'all_reduce_mean', 'all_reduce_sum', 'gather_object',
+           'gather_in_order', 'DataLoaders', 'DistributedDL', 'shard_idxs', 'iter_shard', 'IterableShards', 'set_seed',
+           'get_random_states', 'set_random_states', 'save_file', 'load_file', 'Callback', 'events',
+           'CancelFitException', 'CancelEpochException', 'CancelTrainException', 'CancelValidException',
+           'CancelBatchException', 'CancelBackwardException', 'CancelStepException', 'Metric', 'AvgMetric', 'AvgLoss',
+           'AccumMetric', 'accuracy', 'item_count', 'sum_and_count', 'batch_loss', 'ItemMean', 'scale_grads_',
+           'Recorder', 'ProgressCallback', 'GatherPreds', 'is_sharded', 'full_model_state', 'full_opt_state',
            'set_full_model_state', 'set_full_opt_state', 'save_sharded', 'load_sharded', 'unwrap_model',
            'LearnerSaving', 'Learner', 'ParallelTrainer', 'ParallelModule', 'DistributedTrainer', 'DistributedModule',
            'convert_sync_batchnorm', 'revert_sync_batchnorm', 'preflight_check', 'check_models', 'check_loader',
@@ -32,8 +32,8 @@ __version__ = "0.1.0"
 from .runtime.world import (World, WorldError, detect_world, current_world, rank_distrib, num_distrib,
                            local_rank_distrib, pg_initialized)
 from .runtime.clusters import expand_hostlist, requeue_slurm_job
-from .runtime.errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, in_collective,
-                                    ErrorRecord, record_error, Failure, root_failure)
+from .runtime.errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, LongPhaseTimeoutError,
+                                    in_collective, ErrorRecord, record_error, Failure, root_failure)
 from .runtime.position import long_phase
 from .runtime.liveness import liveness_timeout, DEFAULT_LIVENESS_TIMEOUT
 from .runtime.group import (DEFAULT_TIMEOUT, default_backend, setup_distrib, ensure_distrib, teardown_distrib,
@@ -76,7 +76,8 @@ from .callback.clip import GradientClip, clip_grad_norm_
 # what `from distrib import *` gives: every public name imported above
 _all_ = ['World', 'WorldError', 'detect_world', 'current_world', 'rank_distrib', 'num_distrib', 'local_rank_distrib',
          'pg_initialized', 'expand_hostlist', 'requeue_slurm_job', 'CollectiveTimeoutError', 'PeerFailedError',
-         'RanksDivergedError', 'in_collective', 'ErrorRecord', 'record_error', 'Failure', 'root_failure', 'long_phase',
+         'RanksDivergedError', 'LongPhaseTimeoutError', 'in_collective', 'ErrorRecord', 'record_error', 'Failure',
+         'root_failure', 'long_phase',
          'liveness_timeout', 'DEFAULT_LIVENESS_TIMEOUT', 'DEFAULT_TIMEOUT', 'default_backend', 'setup_distrib',
          'ensure_distrib', 'teardown_distrib', 'distrib_barrier', 'distrib_timeout', 'rank0_first', 'broadcast_object',
          'all_reduce_mean', 'all_reduce_sum', 'gather_object', 'gather_in_order', 'DataLoaders', 'DistributedDL',

@@ -8,6 +8,7 @@ import os, re, socket, zipfile
 from pathlib import Path
 import torch
 from .runtime.group import ensure_distrib, rank0_only
+from .runtime.errors import open_in_place
 
 # %% auto #0
 __all__ = ['remove_stale_temps', 'save_file', 'load_file', 'opt_type', 'check_opt_state', 'on_rank0']
@@ -67,8 +68,14 @@ def save_file(obj,          # what `torch.save` writes
     `file`; the temporary files of `file`'s name left by killed saves are removed first. Raises `OSError` (with the
     original `errno`) naming `file` and the cause when a write fails, e.g. 'No space left on device'; the previous
     `file` is then unchanged and no temporary file is left. Other exceptions of `torch.save` (an object it cannot
-    pickle) pass through, also without a temporary file."""
+    pickle) pass through, also without a temporary file. A `file` that exists and is not a regular file (`/dev/null`,
+    a FIFO) is written into, in place (`distrib.runtime.errors.open_in_place`: a rename would replace it); a FIFO that
+    no process reads raises `OSError` at once."""
     file = Path(file)
+    special = open_in_place(file)
+    if special is not None:
+        with special as f: torch.save(obj, f)
+        return file
     file.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(file.parent, file.name)
     tmp = _tmp_file(file)

@@ -151,11 +151,13 @@ def save_sharded(path:str|Path,            # the checkpoint directory
     `torch.distributed.checkpoint.save`: every rank writes the shards it holds, rank 0 the metadata, into a
     temporary directory renamed to `path` once complete (replacing a previous checkpoint there only then). Every
     rank must call it; in a world of several processes the process group is created on first need. Raises
-    `FileExistsError` when `path` is a file, and what DCP raises (`CheckpointException`) when a rank fails to
-    write."""
+    `FileExistsError` when `path` is a file (or anything else that is not a directory: a device is never moved
+    aside), and what DCP raises (`CheckpointException`) when a rank fails to write."""
     path = Path(path)
-    if path.is_file(): raise FileExistsError(f"{path} is a file: a sharded checkpoint is a directory; choose another "
-                                             "name or remove the file")
+    if path.exists() and not path.is_dir():
+        what = 'a file' if path.is_file() else 'not a directory'
+        raise FileExistsError(f"{path} is {what}: a sharded checkpoint is a directory; choose another name or remove "
+                              "the file")
     tmp, rank0 = path.with_name(f'.{path.name}.tmp'), current_world().rank == 0
     distrib_barrier()  # creates the group on first need: DCP coordinates the ranks through it
     if rank0:

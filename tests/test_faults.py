@@ -2,10 +2,10 @@
 behind; bad set-ups fail on every rank at once, never hang. Run with `pytest -s` to see how long each fault took to
 end (the FAULT-TIME lines). The cases of a job alive but not moving (stalls, deadlocks, skewed collectives) run
 behind `-m slow`. Signals to the launcher: tests/test_launcher_signals.py; bad set-ups: test_disagree.py."""
-import re, time
+import os, re, time, subprocess
 from concurrent.futures import ThreadPoolExecutor
 import pytest
-from conftest import launch, orphans, report, SCRIPTS
+from conftest import launch, orphans, report, run_forked, new_tag, SCRIPTS
 
 LIVENESS = '3'  # DISTRIB_LIVENESS_TIMEOUT of these jobs: a frozen rank counts as dead after 3 s (default 20)
 
@@ -195,9 +195,10 @@ def test_crash_in_a_collective_shows_the_positions(slow_runs):
     assert not orphans(r.tag), orphans(r.tag)
 
 HEALTHY = ()   # modes without a fault
-ENDS_WELL = ('stall_report', 'stall_worker')  # modes whose job ends well
+ENDS_WELL = ('stall_report', 'stall_worker', 'phase_report')  # modes whose job ends well
 SLOW = {'stall_report': dict(DISTRIB_STALL_REPORT='2.5'), 'stall_end': dict(DISTRIB_STALL_TIMEOUT='4'),
-        'stall_worker': dict(DISTRIB_STALL_REPORT='2.5')}
+        'stall_worker': dict(DISTRIB_STALL_REPORT='2.5'), 'phase_report': dict(DISTRIB_STALL_REPORT='0.3'),
+        'phase_timeout': {}}
 def _line(text:str)->str:
     "'line N, in fault': where fault.py's line holding `text` shows in a stack"
     lines = (SCRIPTS/'fault.py').read_text().splitlines()
@@ -255,3 +256,95 @@ def test_stall_timeout_ends_the_job(slow_runs):
     assert STUCK_LINE in r.stderr and "Rank 0's main thread" in r.stderr, r.stderr[-3000:]
     assert 4 <= secs < 4 + 10, secs
     assert not orphans(r.tag), orphans(r.tag)
+
+PHASE_LINE = _line('# PHASE_LINE').replace('in fault', 'in download')  # rank 0's 7 s sleep in rank0_first's function
+PHASE_STUCK = _line('# PHASE_STUCK').replace('in fault', 'in download')  # its 600 s sleep in long_phase(timeout=3)
+
+@pytest.mark.slow
+def test_long_phase_reported(slow_runs):
+    """Rank 0 sleeps 7 s in rank0_first's function (a declared long phase, as a slow download) while rank 1 waits for
+    it: with DISTRIB_STALL_REPORT=0.3, rank 0's watchdog reports the phase at 3 s (10 times the threshold) and again
+    at 6 s (the duration doubled), naming the rank, the phase and how long, with its stack at the sleep; the phase
+    is not ended, nothing else is reported, and the job ends well"""
+    r, _ = slow_runs['phase_report']
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = re.findall(r"distrib: long phase: rank 0 has been in the declared long phase 'run download \(rank0_first\)' "
+                       r"for (\d+) s; ", r.stderr)
+    assert len(found) == 2, r.stderr[-3000:]
+    report('phase_report: rank 0 in rank0_first, reported', float(found[0]))
+    assert 3 <= int(found[0]) <= 5 and 6 <= int(found[1]) <= 7, found
+    assert r.stderr.count(PHASE_LINE) == 2 and r.stderr.count("Rank 0's main thread (innermost last)") == 2, r.stderr
+    assert 'probable stall' not in r.stderr and 'rank 1 has been' not in r.stderr, r.stderr[-3000:]
+    assert r.stdout.count('the fault did not happen') == 2, r.stdout
+
+@pytest.mark.slow
+def test_long_phase_timeout_ends_the_job(slow_runs):
+    """Rank 0 stuck in `long_phase('fetching the data set', timeout=3)` (a download on a dead connection) inside
+    rank0_first's function: its watchdog ends the job after 3 s, and the launcher's first line names rank 0, the
+    phase and its timeout (LongPhaseTimeoutError, rank 0's own failure), with rank 0's stack at the stuck line; rank
+    1, which waited, ended because of rank 0"""
+    r, secs = slow_runs['phase_timeout']
+    report('phase_timeout: long_phase(timeout=3) stuck', secs)
+    s = summary(r)
+    assert r.returncode == 1, s + r.stderr[-3000:]
+    assert re.match(r"distrib.launch: rank 0 failed \(exit code 1\): LongPhaseTimeoutError: rank 0 has been in the "
+                    r"declared long phase 'fetching the data set' for [34] s, past its timeout: long_phase\('fetching "
+                    r"the data set', timeout=3\) ends the job after 3 s", s), s
+    assert 'then rank 1 ended (exit code 1): PeerFailedError: stopped because of rank 0' in s, s
+    assert PHASE_STUCK in r.stderr, r.stderr[-3000:]
+    assert 3 <= secs < 3 + 10, secs
+    assert not orphans(r.tag), orphans(r.tag)
+
+EARLY = ('top', 'import', 'collective')  # early_exit.py's placements of rank 1's os._exit(0)
+EARLY_AT_ONCE, EARLY_ROUNDS = 4, 3      # jobs at once (the load), rounds: 12 jobs, each placement 4 times
+EARLY_HOW = {'top': 'before joining the process group (which can then never be complete)',
+             'import': 'before joining the process group (which can then never be complete)',
+             'collective': 'without leaving the process group'}
+
+@pytest.fixture(scope='module')
+def early_runs():
+    """early_exit.py's jobs, EARLY_AT_ONCE at a time, the placements in turn: a list of (placement, CompletedProcess
+    or the TimeoutExpired of a job that hung, seconds from the exit to the launcher's exit)"""
+    jobs = [EARLY[i % len(EARLY)] for i in range(EARLY_AT_ONCE * EARLY_ROUNDS)]
+    def run(place):
+        try: r = launch(SCRIPTS/'early_exit.py', place, nproc=2, timeout=60, env=dict(DISTRIB_LIVENESS_TIMEOUT=LIVENESS))
+        except subprocess.TimeoutExpired as e: return place, e, None
+        m = re.search(r'FAULT_AT ([\d.]+)', r.stdout)
+        return place, r, time.time() - float(m.group(1)) if m else None
+    with ThreadPoolExecutor(EARLY_AT_ONCE) as ex: return list(ex.map(run, jobs))
+
+@pytest.mark.slow
+def test_early_exit_named_under_load(early_runs):
+    """Rank 1 ends by os._exit(0) (no goodbye) on the script's first line, before `import distrib`; after it, before
+    any distrib call; or right after the process group formed: torchrun counts code 0 as success and waits for rank 0,
+    which waits for rank 1 in the group's set-up (inside torch, where only its watchdog can act) or in its first
+    all-reduce. With 4 jobs at once (12 in all), none hangs: each ends within seconds of the exit, its launcher's first
+    line naming rank 1, its exit code 0 and the group's state it left in the same words whoever noticed first (the
+    launcher's agent published the exit), and no process is left"""
+    hung = [place for place, r, _ in early_runs if isinstance(r, subprocess.TimeoutExpired)]
+    assert not hung, f"{len(hung)} of {len(early_runs)} jobs hung: {hung}"
+    for place, r, secs in early_runs:
+        report(f'early exit at {place}', secs)
+        s = summary(r)
+        assert r.returncode == 1, (place, s + r.stderr[-3000:])
+        assert s.startswith(f'distrib.launch: rank 1 failed: exited with code 0 {EARLY_HOW[place]}, without a word '
+                            '(os._exit?), as its launcher saw (reported by rank 0)'), (place, s)
+        assert 'then rank 0 ended (exit code 1): PeerFailedError: stopped because of rank 1' in s, (place, s)
+        assert secs < 10, (place, secs)
+        assert not orphans(r.tag), orphans(r.tag)
+
+@pytest.mark.slow
+def test_early_exit_under_plain_torchrun_named_at_the_timeout():
+    """Under plain torchrun (no distrib worker, no agent's record) rank 1's os._exit(0) before `import distrib` leaves
+    no trace: liveness starts in setup_distrib. Rank 0 waits in the process group's set-up for the group's timeout
+    (here 4 s), then setup_distrib names rank 1 as the rank that never published a heartbeat, not only a store key"""
+    tag = new_tag()
+    env = dict(os.environ, PYTHONUNBUFFERED='1', DISTRIB_TEST_TAG=tag, EARLY_TIMEOUT='4')
+    start = time.time()
+    r = run_forked(['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', SCRIPTS/'early_exit.py',
+                    'top'], env, 90)
+    report('early exit under plain torchrun, group timeout 4 s', time.time() - start, 'the launch')
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert ("CollectiveTimeoutError: init_process_group timed out on rank 0 (called from setup_distrib" in r.stderr
+            and "after 4 s in setting up the process group: rank 1 never published a heartbeat" in r.stderr), r.stderr
+    assert not orphans(tag), orphans(tag)

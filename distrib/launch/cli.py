@@ -4,7 +4,7 @@
 
 # %% ../../nbs/39_launch.cli.ipynb #3ee2763d
 from __future__ import annotations
-import os, sys, shutil, signal, logging, tempfile, pickle
+import os, sys, time, shutil, signal, logging, datetime, tempfile, threading, pickle
 from contextlib import contextmanager
 import torch
 import torch.distributed as dist
@@ -14,15 +14,17 @@ from torch.distributed.launcher.api import elastic_launch
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousError
+from torch.distributed.elastic.agent.server.api import WorkerState
 from ..runtime.errors import ErrorRecord, Failure, root_failure
 from ..runtime.procs import reaping_stopped_children
+from ..runtime.liveness import record_exit
 from ..runtime.stalls import last_positions, mismatch, positions_text
 from .store import LaunchError, listen_socket, localhost_store
 
 # %% auto #0
 __all__ = ['SHUTDOWN_TIMEOUT', 'default_nproc', 'help_text', 'wants_help', 'gpu_devices', 'build_args', 'check_values',
            'cpu_warning', 'local_store', 'run_log_dir', 'failures', 'failure_summary', 'distinct_tracebacks',
-           'torchrun_logs', 'waiting_line', 'store_hint', 'final_failure', 'main']
+           'torchrun_logs', 'waiting_line', 'store_hint', 'final_failure', 'exit_codes', 'main']
 
 # %% ../../nbs/39_launch.cli.ipynb #2a8e9aff
 _USAGE = "usage: python -m distrib.launch [options] script.py [script args]   (or: [options] -m module [args])"
@@ -393,11 +395,55 @@ def _stopped_failures(pcontext, workers:list, failures:dict):
             failures[rank] = ProcessFailure(local_rank=local_rank, pid=h.proc.pid, exitcode=code,
                                             error_file=pcontext.error_files[local_rank])
 
+def exit_codes(pcontext)->dict:
+    """Local rank -> exit code (None while it runs) of the worker processes of torchrun's `pcontext`: a script's
+    (`SubprocessContext`), or a function's (`MultiprocessContext`, as `--run_path` runs the script, from its
+    `torch.multiprocessing` process context, an attribute of torch's that is read with care); {} for another"""
+    handlers = getattr(pcontext, 'subprocess_handlers', None)
+    if handlers is not None: return {r: h.proc.poll() for r, h in handlers.items()}
+    procs = getattr(getattr(pcontext, '_pc', None), 'processes', None) or []
+    return {r: p.exitcode for r, p in enumerate(procs)}
+
+def _publish_exit(env:dict, code:int):
+    """Publish (`record_exit`) that the worker of environment `env` (torchrun's, for that worker) exited with `code`,
+    in the job's store at its `MASTER_ADDR:MASTER_PORT`; nothing when that store cannot be reached"""
+    try:
+        store = dist.TCPStore(env['MASTER_ADDR'], int(env['MASTER_PORT']), is_master=False, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=10))
+        record_exit(store, int(env['RANK']), code, int(env.get('TORCHELASTIC_RESTART_COUNT', 0)))
+    except Exception: pass  # no store (a rank 0 that hosted it is gone): the job goes on as torchrun's would
+
+class _Exits:
+    """The exits of one run's workers (torchrun's `pcontext`), each published once, each in a thread of its own
+    (`_publish_exit`): the agent's monitoring loop never waits for a store"""
+    def __init__(self, pcontext): self.pcontext, self.seen, self.threads = pcontext, set(), []
+
+    def note(self):
+        "Publish the exits seen since the last call"
+        for local_rank, code in exit_codes(self.pcontext).items():
+            if code is None or local_rank in self.seen: continue
+            self.seen.add(local_rank)
+            t = threading.Thread(target=_publish_exit, args=(self.pcontext.envs[local_rank], code), daemon=True,
+                                 name='distrib-exit')
+            t.start()
+            self.threads.append(t)
+
+    def join(self, timeout:float):
+        "Wait up to `timeout` s in all for the publications to end (a thread in the store at exit aborts the process)"
+        end = time.monotonic() + timeout
+        for t in self.threads: t.join(max(end - time.monotonic(), 0.))
+
 class _Agent(launcher_api.LocalElasticAgent):
     """torchrun's agent, less the restarts after a failure that says a restart cannot change it (`final_failure`),
-    with every stopped rank's exit code in a failed run's result (`_stopped_failures`)"""
+    with every stopped rank's exit code in a failed run's result (`_stopped_failures`), publishing for their peers
+    the exits that torchrun counts as a success (`record_exit`: code 0 without a goodbye, or any code before the
+    worker's first heartbeat)"""
     def _monitor_workers(self, worker_group):
         result = super()._monitor_workers(worker_group)
+        exits = getattr(self, '_exits', None)
+        if exits is None or exits.pcontext is not self._pcontext: exits = self._exits = _Exits(self._pcontext)
+        exits.note()
+        if result.state != WorkerState.HEALTHY: exits.join(5.)
         if result.is_failed(): _stopped_failures(self._pcontext, worker_group.workers, result.failures)
         final = final_failure(result.failures) if result.is_failed() and self._remaining_restarts > 0 else None
         if final:

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/02_runtime.errors.ipynb #38ec29af
 from __future__ import annotations
-import os, json, math, time, base64, pickle, signal, traceback
+import os, json, math, stat, time, errno, base64, pickle, signal, traceback
 from dataclasses import dataclass
 import torch
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -12,7 +12,8 @@ from .world import current_world
 
 # %% auto #0
 __all__ = ['traceback_collective', 'in_collective', 'blame_text', 'CollectiveTimeoutError', 'PeerFailedError',
-           'RanksDivergedError', 'failure_kind', 'ErrorRecord', 'record_error', 'Failure', 'root_failure']
+           'RanksDivergedError', 'LongPhaseTimeoutError', 'failure_kind', 'open_in_place', 'ErrorRecord',
+           'record_error', 'Failure', 'root_failure']
 
 # %% ../../nbs/02_runtime.errors.ipynb #6e9532d7
 def traceback_collective(tb)->tuple:
@@ -67,6 +68,16 @@ class RanksDivergedError(_Blaming):
     ranks only, a barrier some ranks wait in while others wait in a collective. Raised by the rank that found it (a
     cause, not a consequence); `blame` maps the other ranks to what they do instead."""
 
+class LongPhaseTimeoutError(TimeoutError):
+    """A declared long phase (`long_phase(name, timeout=...)`) lasted past its timeout: this rank's watchdog reports it
+    as the rank's own failure (a cause), with the main thread's stack, and ends the job. `phase` is the phase's name,
+    `timeout` its timeout in seconds."""
+    def __init__(self, msg:str, phase:str|None=None, timeout:float|None=None):
+        super().__init__(msg)
+        self.phase, self.timeout = phase, timeout
+    def __str__(self): return self.args[0]
+    def __reduce__(self): return (type(self), (str(self), self.phase, self.timeout))
+
 # %% ../../nbs/02_runtime.errors.ipynb #1711500f
 def failure_kind(e:BaseException)->str:
     """`ErrorRecord.kind` of exception `e`: 'interrupted', 'exit', 'stopped' (SIGTERM turned into torch elastic's
@@ -77,6 +88,21 @@ def failure_kind(e:BaseException)->str:
     if isinstance(e, CollectiveTimeoutError): return 'stall'
     if isinstance(e, PeerFailedError): return 'peer'
     return 'raised'
+
+def open_in_place(path:str):
+    """A binary file open for writing into `path` when `path` exists and is not a regular file (a device such as
+    `/dev/null`, a FIFO): what a writer must do there instead of renaming a temporary file onto `path`, which would
+    replace the device by a regular file (run as root, `/dev/null` itself). None when `path` is a regular file or
+    does not exist. Opening never waits for a FIFO's reader: raises `OSError` (`ENXIO`) when it has none."""
+    try: mode = os.stat(path).st_mode
+    except OSError: return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode): return None
+    try: fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # a FIFO without a reader: ENXIO now, not a hang
+    except OSError as e:
+        if e.errno == errno.ENXIO: raise OSError(errno.ENXIO, f"{path} is a FIFO that no process reads") from None
+        raise
+    os.set_blocking(fd, True)  # a reader is there: writes wait for it as on any pipe
+    return os.fdopen(fd, 'wb')
 
 @dataclass
 class ErrorRecord:
@@ -153,9 +179,17 @@ class ErrorRecord:
         return cls(rank, typ, text, info.get('py_callstack', ''), t)
 
     def write(self, path:str):
-        "Write the record to file `path` (written to a temporary file renamed into place: never half a record)"
+        """Write the record to file `path`: to a temporary file renamed into place (never half a record); into `path`
+        itself when it exists and is not a regular file (`open_in_place`: torchrun names `/dev/null` when its log
+        directory is `/dev/null`), and not at all to a FIFO that no process reads"""
+        data = json.dumps(self.to_error_file()).encode()
+        try: f = open_in_place(path)
+        except OSError: return  # a FIFO without a reader (or a device that refuses writes): the record is dropped
+        if f is not None:
+            with f: f.write(data)
+            return
         tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, 'w') as f: json.dump(self.to_error_file(), f)
+        with open(tmp, 'wb') as f: f.write(data)
         os.replace(tmp, path)
 
     @classmethod

@@ -12,7 +12,7 @@ from .world import World, WorldError, current_world, pg_initialized
 from .errors import PeerFailedError
 from .position import doing, long_phase, queue_tracking
 from .liveness import start_liveness, set_group_state, running as liveness_running
-from .waits import store_barrier, announce, wait_for
+from .waits import store_barrier, announce, wait_for, explain_failure
 from .stalls import watch_stalls
 
 # %% auto #0
@@ -112,7 +112,9 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
     process. Returns False, doing nothing, when a group exists already or the world has one process. Raises
     `WorldError` for inconsistent environment variables or an unknown rank-0 address, `RuntimeError` when a CUDA
     device is asked for without CUDA and `ValueError` for a GPU index this process does not see (`rank_device`);
-    torch's own errors (a rendezvous that times out) pass through."""
+    torch's own errors (a rendezvous that times out) pass through, or, once liveness runs, the
+    `CollectiveTimeoutError` or `PeerFailedError` that names the ranks at fault (`explain_failure`: a rank that
+    never started liveness, or ended, before the group formed)."""
     if isinstance(device, int) and not isinstance(device, bool): device = f'cuda:{device}'
     device = torch.device(device) if device is not None else None
     world = current_world() if world is None else world
@@ -132,8 +134,10 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
             dist.init_process_group(backend or default_backend(device), store=store, rank=rank, world_size=size,
                                     timeout=timeout)
             _nccl_backstop(timeout)
-    except BaseException:
+    except BaseException as e:
+        err = explain_failure(e, timeout.total_seconds())  # a peer that never came, or ended, named from the store
         set_group_state('none')
+        if err is not e: raise err from e
         raise
     set_group_state('joined')
     _State.timeout = timeout
@@ -279,7 +283,9 @@ def rank0_first(func, *args, **kwargs):
     In a world of one it is called once. Creates the process group on first need. If `func` raises on rank 0, the
     exception propagates there and every other rank raises `PeerFailedError` naming it. Raises what `setup_distrib`
     raises, and what `rank0_only` raises while the others wait (but a stall: rank 0 is in a declared long phase; so
-    are the other ranks while they run `func`)."""
+    are the other ranks while they run `func`). Every keyword argument goes to `func` (a download's own `timeout=`
+    stays its own): to bound rank 0's part, put `with long_phase('downloading', timeout=SECONDS):` inside `func`,
+    and the job ends after that long, naming the phase; a phase that lasts is reported meanwhile (`long_phase`)."""
     if not ensure_distrib(): return func(*args, **kwargs)
     name = getattr(func, '__qualname__', getattr(func, '__name__', repr(func)))
     res = rank0_only(lambda: func(*args, **kwargs), f"run {name} (rank0_first)")

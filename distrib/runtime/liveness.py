@@ -10,18 +10,20 @@ import torch.distributed as dist
 from .world import World, current_world
 from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
-from .position import rank_state, reset_rank_state, position, describe, peer_verdict, oldest_queued
+from .position import (rank_state, reset_rank_state, position, describe, peer_verdict, exit_verdict,
+                                      oldest_queued)
 
 # %% auto #0
-__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'WAITING_GEN', 'COUNTERS', 'liveness_timeout', 'running',
-           'remember_position', 'where_now', 'heartbeat_where', 'blame_of', 'job_failure', 'report_failure', 'settle',
-           'parse_heartbeat', 'add_check', 'main_stack', 'waits_for_others', 'start_liveness', 'reset_liveness',
-           'script_ended', 'set_group_state', 'stop_liveness']
+__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'EXIT_RECORD_WAIT', 'WAITING_GEN', 'COUNTERS', 'liveness_timeout',
+           'running', 'remember_position', 'where_now', 'heartbeat_where', 'blame_of', 'job_failure', 'report_failure',
+           'settle', 'parse_heartbeat', 'add_check', 'main_stack', 'waits_for_others', 'start_liveness',
+           'reset_liveness', 'script_ended', 'set_group_state', 'stop_liveness', 'exits_recorded', 'record_exit']
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9e9e7210
 INTERVAL = 1.0                   # seconds between two heartbeats of a rank (and two checks of its watchdog)
 DEFAULT_LIVENESS_TIMEOUT = 20.0  # seconds without a heartbeat before a rank counts as dead
 GRACE = 2.0                      # seconds the main thread has to fail by itself before the watchdog ends its rank
+EXIT_RECORD_WAIT = 2.0           # seconds a rank that finds a peer's process gone waits for its launcher's record
 
 def liveness_timeout()->float:
     """Seconds without a heartbeat after which a rank counts as dead: `DISTRIB_LIVENESS_TIMEOUT`, default
@@ -158,6 +160,8 @@ class _Watchdog(threading.Thread):
         self.pos, self.pos_key, self.pos_since = {}, None, time.monotonic()
         self.values, self.fresh, self.wanted, self.todo = {}, False, {}, deque()
         self.halt = threading.Event()
+        self.lock = threading.Lock()  # one heartbeat published at a time: the main thread's (`publish`) or a tick's
+        self.passed, self.gone = None, None  # (rank, goodbye) of the first exited peer passed over; when watched gone
 
     def want(self, *keys:str):
         "Read `keys` (keys that exist) in the next tick's `multi_get`; their values are then in `self.values`"
@@ -181,6 +185,11 @@ class _Watchdog(threading.Thread):
         return dict(self.me, beat=self.beat, state=st.state, code=st.code, group=st.group, pos=p,
                     age=round(now - self.pos_since, 1), cancels=st.cancels, barriers=st.barriers, left=st.left,
                     colls=st.colls)
+
+    def publish(self, store):
+        """Publish this rank's heartbeat now through `store` (the main thread's client: the first heartbeat, a change
+        of the process group's state), never overtaken by a tick's computed earlier"""
+        with self.lock: store.set(f'hb/{self.world.rank}', json.dumps(self.heartbeat(time.monotonic())))
 
     def run(self):
         while not self.halt.is_set():
@@ -207,18 +216,17 @@ class _Watchdog(threading.Thread):
             self.seen = (self.seen[0], now)  # this process was suspended or starved: its peer gets a fresh window
         self.last = now
         st, r = rank_state(), self.world.rank
-        hb, self.fresh = json.dumps(self.heartbeat(now)), False
-        if self.ending: self.store.set(f'hb/{r}', hb); return
-        blocked = self.blocked(now)
-        if blocked != self.counted:  # the second call: this rank counts itself in `waiting`, or no more
-            if blocked: self.store.multi_set([f'hb/{r}', f'stack/{r}'], [hb, main_stack()])  # its stack, once a wait
+        with self.lock:  # the first call: the heartbeat, with its stack once a wait starts
+            hb, self.fresh = json.dumps(self.heartbeat(now)), False
+            blocked = self.blocked(now) if not self.ending else self.counted
+            if blocked and not self.counted: self.store.multi_set([f'hb/{r}', f'stack/{r}'], [hb, main_stack()])
             else: self.store.set(f'hb/{r}', hb)
+        if self.ending: return
+        if blocked != self.counted:  # the second call: this rank counts itself in `waiting`, or no more
             st.waiting = int(self.store.add('waiting', 1 if blocked else WAITING_GEN - 1))
             self.counted = blocked
-        else:
-            self.store.set(f'hb/{r}', hb)
-            if self.todo: self.todo.popleft()(self.store)
-            else: self.read(now)
+        elif self.todo: self.todo.popleft()(self.store)
+        else: self.read(now)
         if self.ending: return
         for check in st.checks: check(self, now)
 
@@ -232,6 +240,9 @@ class _Watchdog(threading.Thread):
         if n > self.failures:
             self.failures = n
             return self.job_failed(job_failure(self.store, n))
+        if self.passed is not None:  # an exited peer passed over never joins a group this rank sets up from now on
+            how = peer_verdict(self.passed[1], 0., {'group': st.group, 'state': st.state}, self.timeout, None)
+            if how is not None: return self.peer_failed(self.passed[0], how, self.passed[1])
         if self.watched is None: return
         if not self.known: self.known = self.store.check([f'hb/{self.watched}'])  # until its first heartbeat
         else: self.watch(parse_heartbeat(self.values[f'hb/{self.watched}']), now)
@@ -243,10 +254,14 @@ class _Watchdog(threading.Thread):
         self.seen = (beat, since)
         st = rank_state()
         me = {'group': st.group, 'state': st.state}
-        how = peer_verdict(hb, now - since, me, self.timeout, proc_state(hb, self.me))
-
+        proc = proc_state(hb, self.me)
+        how = peer_verdict(hb, now - since, me, self.timeout, proc)
+        if how is not None and proc == 'gone' and hb.get('state') != 'exited' and exits_recorded():
+            self.gone = self.gone or now  # its launcher publishes an exit without a goodbye: the failures counter
+            if now - self.gone < EXIT_RECORD_WAIT: return  # brings its words (`record_exit`) within a tick or two
         if how is not None: return self.peer_failed(self.watched, how, hb)
         if hb.get('state') == 'exited' and self.watched != self.ring[-1]:  # it said goodbye: watch the next one
+            self.passed = self.passed or (self.watched, hb)
             self.watched, self.known, self.seen = self.ring[self.ring.index(self.watched) + 1], False, None
 
     def peer_failed(self, r:int, how:str, hb:dict):
@@ -358,6 +373,8 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
         return False
     st.world, st.main, st.record_path = world, main, record_path
     st.dog = _Watchdog(own, world, timeout)
+    try: st.dog.publish(main)  # the first heartbeat, before this returns: an exit right after finds it in the store
+    except Exception: pass  # the thread's ticks meet the store's trouble, and end this rank if it lasts
     st.announce = _announce
     atexit.register(stop_liveness)
     st.dog.start()
@@ -373,8 +390,14 @@ def script_ended(code:int):
     st.state, st.code = 'ending', code
 
 def set_group_state(state:str):
-    "Note the process group's state in the heartbeat: 'joining', 'joined' or 'left'"
-    rank_state().group = state
+    """Note the process group's state in the heartbeat, 'joining', 'joined' or 'left', and publish it at once (one
+    store call): a rank that ends by `os._exit` right after leaves its true state to its launcher's record"""
+    st = rank_state()
+    st.group = state
+    dog = st.dog
+    if dog is None or not dog.is_alive() or dog.ending: return
+    try: dog.publish(st.main)
+    except Exception: pass  # the store is gone: the watchdog's ticks meet it and end this rank
 
 def stop_liveness(code:int|None=None, # the exit code; default: the script's, else 1 after an uncaught exception
                  ):
@@ -396,3 +419,29 @@ def stop_liveness(code:int|None=None, # the exit code; default: the script's, el
         st.main.set(f'hb/{dog.world.rank}', json.dumps(dog.heartbeat(time.monotonic())))
         if not dog.counted: st.main.add('waiting', 1)  # an exited rank waits for nothing, for good
     except Exception: pass  # exiting: a store already gone (rank 0 ended first) has no reader left
+
+# %% ../../nbs/05_runtime.liveness.ipynb #a37e0002
+def exits_recorded()->bool:
+    """True when this rank's launcher publishes the exits of its workers that their peers cannot see (`record_exit`):
+    `distrib.launch`'s agent, which sets `DISTRIB_LAUNCHER_PID` for its workers"""
+    return bool(os.environ.get('DISTRIB_LAUNCHER_PID'))
+
+def record_exit(store,               # a client of the job's store, its keys unprefixed (the launcher's agent's)
+                rank:int,            # the global rank of the worker that exited
+                code:int,            # its exit code
+                restart_count:int=0, # the attempt it ran in (torchrun's TORCHELASTIC_RESTART_COUNT)
+               )->dict|None:         # the record published; None when there was nothing to publish
+    """For a launcher that saw worker `rank` exit with `code`: publish the exit as the job's next failure
+    (`failure/<seq>`, kind 'exit', blaming `rank` in the words of `exit_verdict`), which every rank's watchdog reads
+    at its next tick, when its peers cannot know it: exit code 0 without a goodbye in its last heartbeat, or any code
+    before its first heartbeat. Nothing when its heartbeat says goodbye (its watcher judges that, `peer_verdict`) or
+    for another code after its first heartbeat (the launcher ends the job itself). Raises the store's errors."""
+    pre = f"distrib/liveness/{restart_count}//"  # `start_liveness`'s prefix, which PrefixStore joins with '/'
+    hb = parse_heartbeat(store.get(f'{pre}hb/{rank}')) if store.check([f'{pre}hb/{rank}']) else None
+    if hb and (hb.get('state') == 'exited' or code != 0): return None
+    how, where = exit_verdict(hb, code), heartbeat_where(hb or {})
+    info = {'rank': rank, 'kind': 'exit', 'code': code, 'summary': how, 'where': where,
+            'blame': {str(rank): {'how': how, 'where': where}}}
+    seq = int(store.add(f'{pre}failures', 1))
+    store.set(f'{pre}failure/{seq}', json.dumps(info))
+    return info

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/04_runtime.position.ipynb #c6a5e511
 from __future__ import annotations
-import time
+import math, time
 from collections import deque
 import torch
 from contextlib import contextmanager
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, MISSING
 
 # %% auto #0
 __all__ = ['QUEUED_MAX', 'RankState', 'rank_state', 'reset_rank_state', 'doing', 'long_phase', 'track', 'position', 'describe',
-           'mark_queued', 'oldest_queued', 'queue_tracking', 'peer_verdict']
+           'mark_queued', 'oldest_queued', 'queue_tracking', 'peer_verdict', 'exit_verdict']
 
 # %% ../../nbs/04_runtime.position.ipynb #a30e0002
 @dataclass(eq=False)
@@ -38,6 +38,8 @@ class RankState:
         waited (float): seconds the main thread spent in distrib's waits so far (collectives, barriers, set-up and
             declared long phases, the outermost one of nested ones): the straggler check subtracts them.
         timer: the `StepTimer` timing this rank's own work per training step (the straggler check); None: off.
+        phases (tuple): the declared long phases the main thread is in, outermost first, each `(name, start,
+            timeout)`: `time.monotonic()` at its start, its timeout in seconds or None (`long_phase`).
     Its link to the job (written by `start_liveness`):
         world (World): this process's place; main: the main thread's client of the job's store; dog: the watchdog
             thread; addr (str): 'host:port' of the store; record_path (str): where this process's ErrorRecord goes
@@ -56,7 +58,8 @@ class RankState:
             (tuple): `(waiting generation, position)` the examination found no deadlock in; stall_timeout (float):
             `distrib_ctx(stall_timeout=...)`, None: the environment's; straggler (dict): the straggler check's
             rounds (`distrib.runtime.stalls.watch_stragglers`; `decided`: the rounds this rank decided in); hold
-            (float): seconds a rank waits somewhere before it counts as waiting there for the deadlock check.
+            (float): seconds a rank waits somewhere before it counts as waiting there for the deadlock check;
+            phase_due (tuple): `((name, start), seconds)`: when the outermost long phase is next reported.
     Collectives queued and not done (NCCL's: the host goes on while its GPU waits for the other ranks; `mark_queued`):
         queued (deque): `(position, done, since)` of each, oldest first: appended by the main thread, the done ones
             popped by the watchdog; track_queued (bool): `mark_queued()` records CUDA events (`queue_tracking`:
@@ -76,6 +79,7 @@ class RankState:
     left_error: tuple|None = None
     waited: float = 0.
     timer: object = None
+    phases: tuple = ()
     world: object = None
     main: object = None
     dog: object = None
@@ -95,6 +99,7 @@ class RankState:
     stall_timeout: float|None = None
     straggler: dict = field(default_factory=dict)
     hold: float = 3.
+    phase_due: tuple|None = None
     queued: deque = field(default_factory=deque)
     track_queued: bool = False
     queue_timeout: float|None = None
@@ -134,14 +139,37 @@ def doing(kind:str,        # 'setup', 'collective', 'barrier' or 'phase'
         if start is not None: st.waited += time.perf_counter() - start
     if kind == 'collective' and st.track_queued: mark_queued(name, ident=ident)  # NCCL's may still be on the GPU
 
-def long_phase(name:str, # the phase in words: 'downloading the data set', "evaluating on rank 0"
+def _check_phase_timeout(timeout)->float|None:
+    "`timeout` as seconds (a number > 0, or None); `ValueError` otherwise, saying what to pass"
+    if timeout is None: return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise ValueError(f"long_phase(timeout={timeout!r}): pass a number of seconds > 0, or None for no limit")
+    return float(timeout)
+
+@contextmanager
+def _phase(name:str, timeout:float|None):
+    "The block of `long_phase(name, timeout)`: in the state's `phases` and in this rank's position"
+    st = _STATE
+    prev = st.phases
+    st.phases = prev + ((name, time.monotonic(), timeout),)  # a new tuple: the watchdog never sees one half-changed
+    try:
+        with doing('phase', name): yield
+    finally: st.phases = prev
+
+def long_phase(name:str,                # the phase in words: 'downloading the data set', "evaluating on rank 0"
+               timeout:float|None=None, # seconds after which the phase ends the job; None: no limit
               ):
     """Context manager declaring that, inside the block, this rank may keep the others waiting for a long time: a
     rank waiting for it in a distrib barrier (`distrib_barrier`, `rank0_first`, `Learner.save`) does not count the
     time as a stall, as long as this rank is alive (heartbeating), and the straggler check does not count it as this
     rank's work. `rank0_first` runs its function, and `Learner.save` writes, in one. It does not lengthen a
-    torch.distributed collective's own timeout."""
-    return doing('phase', name)
+    torch.distributed collective's own timeout. A phase is not silent: once it has lasted 10 times the stall
+    report's threshold (10 minutes by default, 20 s with `DISTRIB_STALL_REPORT=2`), the watchdog prints a line naming
+    this rank, the phase and how long, with the main thread's stack, and again each time the duration doubles
+    (`distrib.runtime.stalls.watch_phases`). With `timeout`, the watchdog ends the job once the phase has lasted that
+    many seconds, with a `LongPhaseTimeoutError` naming it (a phase inside another: each one's timeout counts). Both
+    need liveness (two ranks or more under a launcher). Raises `ValueError` for a `timeout` that is not a number > 0."""
+    return _phase(name, _check_phase_timeout(timeout))
 
 def track(learn):
     "Report the position of `learn`'s loop in this rank's heartbeat (None: stop); `DistributedTrainer` calls it"
@@ -251,7 +279,7 @@ def peer_verdict(hb:dict,          # the peer's last heartbeat
     if hb.get('state') == 'exited':
         code, group, mine = hb.get('code'), hb.get('group'), me.get('group')
         if code: return f"exited with code {code}"
-        if group in ('none', 'joining') and mine in ('joining', 'joined'):
+        if mine == 'joining' or group in ('none', 'joining') and mine == 'joined':
             return "exited with code 0 before joining the process group (which can then never be complete)"
         if group == 'joined' and mine == 'joined': return "exited with code 0 without leaving the process group"
         return None
@@ -259,3 +287,16 @@ def peer_verdict(hb:dict,          # the peer's last heartbeat
     if silent < timeout or proc == 'running': return None
     if proc == 'stopped': return f"froze: its process is stopped (SIGSTOP or a debugger) and silent for {silent:.0f} s"
     return f"stopped heartbeating {silent:.0f} s ago (frozen, killed, or its machine is unreachable)"
+
+def exit_verdict(hb:dict|None, # the rank's last heartbeat; None when it published none
+                 code:int,     # its exit code, as its launcher saw it
+                )->str:        # how the rank ended, in words
+    """How a rank that exited without a goodbye in its heartbeat (`hb` not 'exited': `os._exit`, or an exit before
+    its first heartbeat) ended, as its launcher saw it, in the words of `peer_verdict`: before joining the process
+    group, without leaving it, or after leaving it (its last heartbeat's `group`)"""
+    group = (hb or {}).get('group') or 'none'
+    how = {'joined': "without leaving the process group",
+           'left': "after leaving the process group, while the other ranks run"}.get(
+               group, "before joining the process group (which can then never be complete)")
+    said = "before its first heartbeat" if not hb else "without a word (os._exit?)"
+    return f"exited with code {code} {how}, {said}, as its launcher saw"

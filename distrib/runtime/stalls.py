@@ -8,7 +8,8 @@ import os, sys, json, math, time, statistics
 from collections import deque
 from contextlib import contextmanager
 import torch
-from .errors import CollectiveTimeoutError, PeerFailedError, RanksDivergedError, blame_text
+from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, LongPhaseTimeoutError,
+                                    blame_text)
 from .position import rank_state, describe, position
 
 
@@ -17,11 +18,12 @@ from .liveness import (WAITING_GEN, add_check, report_failure, parse_heartbeat, 
 from .waits import MISMATCH_AFTER, peer_heartbeats, late_how
 
 # %% auto #0
-__all__ = ['STALL_FLOOR', 'STALL_STEPS', 'STACK_FRAMES', 'STRAGGLER_STEPS', 'STRAGGLER_RATIO', 'STRAGGLER_MARGIN',
-           'STRAGGLER_EVERY', 'HIST_LOW', 'HIST_RATIO', 'HIST_BUCKETS', 'stall_report_after', 'stall_timeout',
-           'check_stall_timeout', 'stall_timeout_for', 'note_step', 'median_step', 'examine', 'watch', 'watch_stalls',
-           'straggler_steps', 'straggler_ratio', 'time_bucket', 'bucket_seconds', 'median_bucket', 'StepTimer',
-           'straggler_line', 'watch_stragglers', 'last_positions', 'mismatch', 'positions_text']
+__all__ = ['STALL_FLOOR', 'STALL_STEPS', 'STACK_FRAMES', 'PHASE_REPORT_FACTOR', 'STRAGGLER_STEPS', 'STRAGGLER_RATIO',
+           'STRAGGLER_MARGIN', 'STRAGGLER_EVERY', 'HIST_LOW', 'HIST_RATIO', 'HIST_BUCKETS', 'stall_report_after',
+           'stall_timeout', 'check_stall_timeout', 'stall_timeout_for', 'note_step', 'median_step',
+           'stall_report_threshold', 'watch_phases', 'examine', 'watch', 'watch_stalls', 'straggler_steps',
+           'straggler_ratio', 'time_bucket', 'bucket_seconds', 'median_bucket', 'StepTimer', 'straggler_line',
+           'watch_stragglers', 'last_positions', 'mismatch', 'positions_text']
 
 # %% ../../nbs/07_runtime.stalls.ipynb #5ffc1f65
 STALL_FLOOR = 60.0   # seconds: the least time a rank is stuck before the default report
@@ -81,6 +83,55 @@ def median_step()->float:
     "The median seconds per training step seen so far (`note_step`); 0 before any"
     steps = rank_state().steps
     return statistics.median(steps) if steps else 0.
+
+def stall_report_threshold()->float:
+    """Seconds a rank stays stuck before its stall is reported: `stall_report_after()`, else `max(STALL_FLOOR,
+    STALL_STEPS` × the fit's median step time`)`; `math.inf` when reports are off (`DISTRIB_STALL_REPORT=0`)"""
+    after = stall_report_after()
+    if after is None: after = max(STALL_FLOOR, STALL_STEPS * median_step())
+    return after or math.inf
+
+# %% ../../nbs/07_runtime.stalls.ipynb #a38e0002
+PHASE_REPORT_FACTOR = 10  # a declared long phase is reported after this many times the stall report's threshold
+
+def _phase_timeout(dog, name:str, age:float, timeout:float):
+    "End the job: this rank has been in its declared long phase `name` for `age` s, past its `timeout`"
+    me = dog.world.rank
+    err = LongPhaseTimeoutError(f"rank {me} has been in the declared long phase {name!r} for {age:.0f} s, past its "
+                                f"timeout: long_phase({name!r}, timeout={timeout:g}) ends the job after {timeout:g} s",
+                                name, timeout)
+    report_failure(err, store=dog.store, tb_text=f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread)"
+                   f"\nRank {me}'s main thread (innermost last):\n{main_stack(STACK_FRAMES)}")
+    dog.end(err)
+
+def watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store calls
+                 now:float,  # `time.monotonic()` of this tick
+                ):
+    """The watchdog's check of this rank's declared long phases (`long_phase`), without a store call: ends the job
+    when one lasted past its timeout (`LongPhaseTimeoutError`); reports the outermost one once it lasted
+    `PHASE_REPORT_FACTOR` × `stall_report_threshold()`, then each time its duration doubles, while a rank waits (the
+    `waiting` counter as the tick last read it) or on rank 0 (see above)"""
+    st = rank_state()
+    phases = st.phases
+    if not phases: st.phase_due = None; return
+    for name, start, timeout in phases:
+        if timeout is not None and now - start >= timeout: return _phase_timeout(dog, name, now - start, timeout)
+    name, start, _ = phases[0]
+    key, age, me = (name, start), now - start, dog.world.rank
+    due = (st.phase_due[1] if st.phase_due is not None and st.phase_due[0] == key else
+           PHASE_REPORT_FACTOR * stall_report_threshold())
+    st.phase_due = (key, due)
+    waiting = st.waiting % WAITING_GEN
+    if age < due or not waiting and me != 0: return
+    while due <= age: due *= 2
+    st.phase_due = (key, due)
+    inner = f" (now in its phase {phases[-1][0]!r} inside it)" if len(phases) > 1 else ''
+    who = ("the ranks that wait for it wait as long as it lasts" if waiting else
+           "no rank waits for it now (when no rank waits, rank 0 alone reports its long phases)")
+    print(f"distrib: long phase: rank {me} has been in the declared long phase {name!r} for {age:.0f} s{inner}; {who}. "
+          f"The job goes on (reported again at {due:.0f} s); long_phase({name!r}, timeout=SECONDS) ends it after that "
+          f"long instead.\nRank {me}'s main thread (innermost last):\n{main_stack(STACK_FRAMES)}", file=sys.stderr,
+          flush=True)
 
 # %% ../../nbs/07_runtime.stalls.ipynb #e40427a3
 def _key(p:dict)->tuple:
@@ -248,9 +299,7 @@ def _stall(dog, mine:dict, age:float):
     "Report (or, past `stall_timeout()`, end) this rank's stall: at `mine` for `age` s while a peer waits for it"
     st = rank_state()
     if waits_for_others(mine) or mine.get('phase') or st.state != 'running' or _first_step(st.learn): return
-    after, end_after = stall_report_after(), stall_timeout()
-    if after is None: after = max(STALL_FLOOR, STALL_STEPS * median_step())
-    if not after: after = math.inf
+    after, end_after = stall_report_threshold(), stall_timeout()
     if age < min(after, end_after or math.inf): return
     ending = end_after is not None and age >= end_after
     if not ending and st.stall_reported in (dog.pos_key, (dog.pos_key, st.waiting)): return
@@ -301,10 +350,13 @@ def _queued_timeout(dog, entry:tuple, now:float):
 def watch(dog,        # the rank's `_Watchdog`, after its tick's store calls
           now:float,  # `time.monotonic()` of this tick
          ):
-    """The watchdog's check of deadlocks and stalls, each tick: reports (or ends) a stall of this rank while others
-    wait (the `waiting` counter says some do); on rank 0, the examination of a job whose every rank waits
-    (`examine`); ends this rank when its oldest queued collective (`mark_queued`) outlived the group's timeout"""
+    """The watchdog's check of deadlocks and stalls, each tick: reports (or ends) this rank's declared long phases that
+    last (`watch_phases`); reports (or ends) a stall of this rank while others wait (the `waiting` counter says some
+    do); on rank 0, the examination of a job whose every rank waits (`examine`); ends this rank when its oldest queued
+    collective (`mark_queued`) outlived the group's timeout"""
     st = rank_state()
+    watch_phases(dog, now)
+    if dog.ending: return
     mine, age = dog.pos, now - dog.pos_since
     note_step(mine, now)
     st.hold = max(MISMATCH_AFTER, 2*median_step())

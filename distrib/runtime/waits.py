@@ -10,12 +10,12 @@ from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError
                                     blame_text)
 from .procs import identity, proc_state
 from .position import rank_state, doing, position, describe, peer_verdict
-from .liveness import (INTERVAL, GRACE, running, parse_heartbeat, job_failure, blame_of,
-                                      heartbeat_where)
+from .liveness import (INTERVAL, GRACE, EXIT_RECORD_WAIT, running, parse_heartbeat, job_failure,
+                                      blame_of, heartbeat_where, exits_recorded)
 
 # %% auto #0
-__all__ = ['MISMATCH_AFTER', 'LONG_WAIT', 'peer_heartbeats', 'late_how', 'store_barrier', 'announce', 'wait_for', 'agree_cancel',
-           'explain_failure']
+__all__ = ['MISMATCH_AFTER', 'LONG_WAIT', 'SILENT', 'peer_heartbeats', 'late_how', 'store_barrier', 'announce', 'wait_for',
+           'agree_cancel', 'explain_failure']
 
 # %% ../../nbs/06_runtime.waits.ipynb #3acf805b
 MISMATCH_AFTER = 3.0  # seconds a rank waits in another collective than this one's before the two diverged
@@ -186,6 +186,9 @@ def agree_cancel(e:BaseException,              # the Cancel*Exception this rank 
         f"raise it on every rank; to end the whole job, raise another exception") from e
 
 # %% ../../nbs/06_runtime.waits.ipynb #5bff9208
+SILENT = ("never published a heartbeat: it ended or hung before distrib's liveness started on it (under torchrun, "
+          "Slurm or mpirun: before its setup_distrib), or it never started")
+
 def explain_failure(e:BaseException,          # an exception this rank raised
                     timeout:float|None=None,  # the process group's timeout, in seconds
                    )->BaseException:          # `e`, or the error that names the ranks at fault (`e` its cause)
@@ -211,22 +214,33 @@ def explain_failure(e:BaseException,          # an exception this rank raised
                                    blame, op, caller)
         hbs, ident = peer_heartbeats([r for r in range(w.world_size) if r != w.rank]), identity()
     except Exception: return e  # no store to explain it with: the original error, unchanged, is raised
-    gone = {}
+    gone, quiet = {}, False
     for r, hb in hbs.items():
         proc = proc_state(hb, ident)
         how = peer_verdict(hb, 0., {'group': st.group}, float('inf'), proc)
         if how is None and proc == 'stopped': how = 'froze: its process is stopped (SIGSTOP or a debugger)'
         if how is not None: gone[r] = {'how': how, 'where': heartbeat_where(hb)}
+        quiet = quiet or proc == 'gone' and hb.get('state') != 'exited'
+    if quiet and exits_recorded():  # a process gone without a goodbye: its launcher's record says how it ended
+        try:
+            s.wait(['failure/1'], datetime.timedelta(seconds=EXIT_RECORD_WAIT))
+            info = job_failure(s)
+        except Exception: info = None  # none came (another exit code: the launcher ends the job): the verdict below
+        if info is not None and info.get('rank') != w.rank:
+            blame = blame_of(info)
+            return PeerFailedError(f"{op} failed on rank {w.rank}{at} because the job failed: {blame_text(blame)}",
+                                   blame, op, caller)
     if gone: return PeerFailedError(f"{op} failed on rank {w.rank}{at}: {blame_text(gone)}", gone, op, caller)
     mine, waited = dog.pos, time.monotonic() - dog.pos_since
     late = {r: hb for r, hb in hbs.items() if _pos_key(hb.get('pos', {})) != _pos_key(mine)}
-    if not late: return e
+    silent = {r: {'how': SILENT} for r in range(w.world_size) if r != w.rank and r not in hbs}
+    if not late and not silent: return e
     if timeout is None or waited < timeout/2:
         blame = {r: {'how': 'closed its connection (it ended)', 'where': describe(hb.get('pos', {}))}
-                 for r, hb in late.items()}
+                 for r, hb in late.items()} | silent
         return PeerFailedError(f"{op} failed on rank {w.rank}{at} after {waited:.0f} s: {blame_text(blame)}",
                                blame, op, caller)
-    blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()}
+    blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()} | silent
     return CollectiveTimeoutError(
 
         f"{op} timed out on rank {w.rank}{at} after {timeout:.0f} s in {describe(mine)}: "

@@ -14,6 +14,9 @@ all-reduce), `caught_sleep` (the same, then rank 1 sleeps: it left the context b
 rank 0 before a barrier after `fit`; and one stall: rank 1 sleeps 5 s in a callback at batch 3, then goes on; the job
 ends well), `stall_end` (rank 1 sleeps 600 s in a callback: `DISTRIB_STALL_TIMEOUT` ends the job), `stall_worker`
 (rank 1's DataLoader worker sleeps 5 s reading one item of epoch 0, then goes on: the job ends well),
+`phase_report` (rank 0 sleeps 7 s in `rank0_first`'s function, a declared long phase; with `DISTRIB_STALL_REPORT=0.3`
+it is reported at 3 s and 6 s; the job ends well after it), `phase_timeout` (rank 0 sleeps 600 s in `long_phase(...,
+timeout=3)` inside `rank0_first`'s function: the phase ends the job),
 `barrier_bcast` (rank 0 calls `distrib_barrier` while rank 1 calls `broadcast_object`), `skew` (rank 1
 alone calls `all_reduce_mean` at `after_epoch`, of the Recorder's size: the ranks' collectives pair wrongly from then
 on), `skew_abort` (the same, of another size: gloo aborts a process).
@@ -75,6 +78,9 @@ class Fault(Callback):
 def download():
     if rank == 0 and mode == 'reset0': mark(); raise ConnectionResetError(104, 'Connection reset by peer')
     if mode == 'stall_report' and rank == 0: time.sleep(4)  # a long download while rank 1 waits: no stall
+    if mode == 'phase_report' and rank == 0: mark(); time.sleep(7)  # PHASE_LINE
+    if mode == 'phase_timeout' and rank == 0:
+        with long_phase('fetching the data set', timeout=3): mark(); time.sleep(600)  # PHASE_STUCK
     return 'data'
 
 class Branchy(nn.Module):
@@ -105,7 +111,8 @@ learn.progress.enabled = False
 # a short timeout also bounds the rendezvous: on a loaded machine one rank may start seconds after the other, so
 # first meet in a group with a long timeout (its teardown is a barrier), then create the short-timeout group together
 setup_distrib(timeout=120); teardown_distrib()
-if mode in ('reset0', 'stall_report'): rank0_first(download)
+if mode in ('reset0', 'stall_report', 'phase_report', 'phase_timeout'): rank0_first(download)
+if mode == 'phase_report': print(f"rank {rank} finished: the fault did not happen", flush=True); sys.exit(0)
 try:
     with learn.distrib_ctx(timeout=timeout):
         if mode == 'barrier':
