@@ -290,7 +290,8 @@ def test_long_phase_timeout_ends_the_job(slow_runs):
     assert re.match(r"distrib.launch: rank 0 failed \(exit code 1\): LongPhaseTimeoutError: rank 0 has been in the "
                     r"declared long phase 'fetching the data set' for [34] s, past its timeout: long_phase\('fetching "
                     r"the data set', timeout=3\) ends the job after 3 s", s), s
-    assert 'then rank 1 ended (exit code 1): PeerFailedError: stopped because of rank 0' in s, s
+    # rank 1's own code, or -15 when the agent's SIGTERM overtook its exit (seen under load)
+    assert re.search(r'then rank 1 ended \(exit code (1|-15)\): PeerFailedError: stopped because of rank 0', s), s
     assert PHASE_STUCK in r.stderr, r.stderr[-3000:]
     assert 3 <= secs < 3 + 10, secs
     assert not orphans(r.tag), orphans(r.tag)
@@ -329,7 +330,8 @@ def test_early_exit_named_under_load(early_runs):
         assert r.returncode == 1, (place, s + r.stderr[-3000:])
         assert s.startswith(f'distrib.launch: rank 1 failed: exited with code 0 {EARLY_HOW[place]}, without a word '
                             '(os._exit?), as its launcher saw (reported by rank 0)'), (place, s)
-        assert 'then rank 0 ended (exit code 1): PeerFailedError: stopped because of rank 1' in s, (place, s)
+        assert re.search(r'then rank 0 ended \(exit code (1|-15)\): PeerFailedError: stopped because of rank 1',
+                         s), (place, s)
         assert secs < 10, (place, secs)
         assert not orphans(r.tag), orphans(r.tag)
 
