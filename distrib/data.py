@@ -301,8 +301,10 @@ class IterableShards:
 
 # %% ../nbs/11_data.ipynb #70401599
 class DataLoaders:
-    "A training DataLoader and validation DataLoaders: `dls.train` is `loaders[0]`, `dls.valid` is `loaders[1]`"
-    def __init__(self, *loaders): self.loaders = list(loaders)
+    """A training DataLoader and validation DataLoaders (fastai's `DataLoaders`): `DataLoaders(train, valid)`, any
+    iterables of batches (`DataLoader`, `DistributedDL`); `dls.train` is `loaders[0]`, `dls.valid` is `loaders[1]`.
+    `distrib_ctx` replaces each `DataLoader` by a `DistributedDL` (a shard of it per rank) while it lasts."""
+    def __init__(self, *loaders): self.loaders = list(loaders)  # the training DataLoader, then validation ones
     def __getitem__(self, i): return self.loaders[i]
     def __len__(self): return len(self.loaders)
     @property

@@ -78,7 +78,9 @@ class Learner(LearnerSaving):
         lr (float): learning rate. Default 1e-3.
         metrics: functions `f(pred, *yb)` returning a batch mean (wrapped in `AvgMetric`) or `Metric`s.
         cbs: callbacks to add, besides the default `Recorder`, `ProgressCallback` and `ItemMean`.
-        path, model_dir: `save`/`load` use `path/model_dir/<name>.pth`.
+        path (str | Path): the directory `save`/`load` work in. Default '.'.
+        model_dir (str): the subdirectory of `path` where `save`/`load` keep `<name>.pth` (fastai's
+            `path/model_dir/<name>.pth`). Default 'models'.
         independent (bool): in a world of several processes, each rank trains and evaluates its own model on its
             own, deliberately (one run per rank). Default False: `fit` raises unless the Learner is distributed.
 

@@ -196,8 +196,14 @@ def _suggest(lrs:list, losses:list, num_it:int, funcs)->tuple:
     return names, [f(lrs, losses, num_it) for f in funcs]
 
 @patch
-def lr_find(self:Learner, start_lr=1e-7, end_lr=10, num_it:int=100, stop_div:bool=True, show_plot:bool=True,
-            suggest_funcs=(valley,)):
+def lr_find(self:Learner,
+            start_lr:float=1e-7,    # the first learning rate tried
+            end_lr:float=10,        # the last: the rates grow geometrically from `start_lr` to it
+            num_it:int=100,         # training batches (optimizer steps) in the test
+            stop_div:bool=True,     # stop once the smoothed loss exceeds 4 times its minimum (fastai's rule)
+            show_plot:bool=True,    # plot loss against learning rate on rank 0 (needs matplotlib)
+            suggest_funcs=(valley,), # `f(lrs, losses, num_it)`: fastai's `valley`, `slide`, `minimum`, `steep`
+           ):
     """Run the learning-rate range test (`LRFinder`) and return fastai's suggestions as a named tuple with one field
     per function of `suggest_funcs` (default `valley`; None: return None), the same on every rank under
     `distrib_ctx`. Model and optimizer are back as they were; `learn.recorder.lrs`/`losses` hold the curve; the plot
