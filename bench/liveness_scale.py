@@ -5,7 +5,8 @@
     python bench/liveness_scale.py --no-capacity    # skip the store's capacity (client processes)
 
 The real code of one rank (its watchdog's tick with the deadlock, stall and straggler checks, `store_barrier`,
-`wait_for`, `agree_cancel`, `explain_failure`, `report_failure`, the launcher's `last_positions`) runs against a store that counts calls, keys and bytes per method (a dict, speaking the
+`wait_for`, `agree_cancel`, `explain_failure`, `report_failure`, the launcher's `last_positions` and its agent's
+`copy_at_records`) runs against a store that counts calls, keys and bytes per method (a dict, speaking the
 calls of `torch.distributed.Store` that distrib uses); the other W-1 ranks are simulated by writing their heartbeats
 (and barrier arrivals, and their part of the straggler check's rounds) straight into the dict, uncounted, once per
 simulated second. Time is simulated too: the
@@ -218,7 +219,8 @@ class Rank:
         for k in liveness.COUNTERS: store.put(k, 0)
         self.dog.halt.set()  # `end` and `linger` return at once instead of waiting for the main thread
         st = rank_state()
-        st.world, st.main, st.dog, st.announce = self.world, self.main, self.dog, liveness._announce
+        st.world, st.main, st.dog = self.world, self.main, self.dog
+        st.announce = liveness.local_at_record(self.world)  # as `start_liveness` sets it under distrib.launch
         st.checks, st.group, st.colls = (stalls.watch, stalls.watch_stragglers), 'joined', 7
         self.ended = None
     def tick(self):
@@ -228,8 +230,12 @@ class Rank:
         except Exit as e: self.ended = e
         if self.dog.ending and self.ended is None: self.ended = 'ending'
 
+AT_DIR = tempfile.TemporaryDirectory(prefix='liveness_scale_at_')  # the ranks' at-records, as distrib.launch's
+
 def _patch():
-    "Run the real code without threads or exits: `running()` is true, `exit_now` raises `Exit`"
+    """Run the real code without threads or exits: `running()` is true, `exit_now` raises `Exit`; the ranks keep their
+    at-records in `AT_DIR`, as under distrib.launch (`DISTRIB_AT_DIR`)"""
+    os.environ[liveness.AT_DIR_ENV] = AT_DIR.name
     liveness.running = waits.running = lambda: True
     def _exit(code, line=None): raise Exit(line)
     liveness.exit_now = _exit
@@ -299,6 +305,25 @@ def training(W:int, me:int=1)->dict:
     rank_state().timer = Full()
     def steps(run):
         learn.iter += 10  # ten steps a second
+        run.ranks.at(range(W), training_pos(learn.iter))
+    r.hooks.append(steps)
+    r.run(WARM + SPAN)
+    return r.rate(WARM, WARM + SPAN)
+
+PER_BATCH = 10  # distrib collectives a second in "training with a collective every batch" (one per batch)
+
+def training_collectives(W:int, me:int=1)->dict:
+    """As `training`, with a distrib collective every batch, ten a second (a metric's all-reduce, the loss's count,
+    TerminateOnNaNCallback): each entered through `doing('collective', 'all_reduce_sum')`, as `all_reduce_sum`
+    enters it (the collective itself, gloo's or NCCL's, is no store call)"""
+    r = Run(W, me)
+    learn = FakeLearn(**training_pos(0))
+    position.track(learn)
+    rank_state().timer = Full()
+    def steps(run):
+        for _ in range(PER_BATCH):
+            learn.iter += 1
+            with position.doing('collective', 'all_reduce_sum'): pass
         run.ranks.at(range(W), training_pos(learn.iter))
     r.hooks.append(steps)
     r.run(WARM + SPAN)
@@ -491,9 +516,29 @@ def launcher_summary(W:int)->dict:
     stalls.last_positions(c, 0, W)
     return store.counts['launcher'].total()
 
+NODE = 8  # ranks per node, for the launcher's agents
+
+def agent_copy(W:int)->dict:
+    """The launcher's agent of one node of `NODE` ranks, when the run failed: it copies its workers' at-records
+    (`copy_at_records`, the records written by the real `AtRecord`) into the store (per incident)"""
+    store = DictStore()
+    with tempfile.TemporaryDirectory() as d:
+        for q in range(NODE):
+            reset_rank_state()
+            rec = liveness.AtRecord(liveness.at_record_path(d, q))
+            rank_state().announce = rec
+            with position.doing('collective', 'all_reduce_sum'): pass
+            rec.close()
+        reset_rank_state()
+        liveness.copy_at_records(store.client('agent'), d, range(NODE))
+    return store.counts['agent'].total()
+
 PHASES = {  # phase: [(role, ranks playing it at world size W, function W -> counts)]
     'training': [('rank 0 (starts the straggler rounds)', lambda W: 1, lambda W: training(W, 0)),
                  ('other rank', lambda W: W - 1, training)],
+    'training with a collective every batch (10 a second)': [
+        ('rank 0', lambda W: 1, lambda W: training_collectives(W, 0)),
+        ('other rank', lambda W: W - 1, training_collectives)],
     'waiting in a collective (rank 0 in a long phase)': [('waiting rank', lambda W: W - 1, collective_wait),
                                                          ('rank 0', lambda W: 1, lambda W: in_phase(W, coll_pos()))],
     'waiting in a store barrier for rank 0': [('waiting rank', lambda W: W - 1, barrier_wait),
@@ -508,7 +553,9 @@ PHASES = {  # phase: [(role, ranks playing it at world size W, function W -> cou
 INCIDENTS = {  # per incident, not per second
     'a failure being reported (per incident)': [('first rank whose collective failed', lambda W: 1, failure_first),
                                                 ('other ranks whose collective failed', lambda W: W - 2, failure_other),
-                                                ('launcher', lambda W: 1, launcher_summary)],
+                                                ('launcher', lambda W: 1, launcher_summary),
+                                                (f"each node's agent ({NODE} ranks; copies their at-records)",
+                                                 lambda W: W // NODE, agent_copy)],
     "a rank's exit recorded by its launcher (per incident)": [('launcher (publishes it)', lambda W: 1, exit_launcher),
                                                               ('other rank (reads it, ends)', lambda W: W - 1,
                                                                exit_reader)],

@@ -65,7 +65,8 @@ def test_one_process_sections_refused(script, args, says):
 def test_liveness_scale_constant_per_rank():
     """bench/liveness_scale.py at W = 8 and 64 (simulated ranks and clock, a few seconds): each role of each phase
     makes as many store calls at 64 ranks as at 8, two per second in every phase a job spends time in (training,
-    waiting in a collective, a barrier, rank0_first, agree_cancel); an incident's calls per rank do not grow either"""
+    waiting in a collective, a barrier, rank0_first, agree_cancel), training with a distrib collective every batch
+    included (issue 30: no store call per collective); an incident's calls per rank do not grow either"""
     r = subprocess.run([sys.executable, str(ROOT/'bench'/'liveness_scale.py'), '--worlds', '8', '64', '--no-capacity'],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -79,3 +80,7 @@ def test_liveness_scale_constant_per_rank():
             assert small['calls'] == big['calls'], (ph, role, small, big)
             if ph.startswith(steady): assert small['calls'] == 2.0, (ph, role, small)
     assert res['a failure being reported (per incident)']['64']['roles']['launcher']['calls'] == 4, res
+    per_batch = res['training with a collective every batch (10 a second)']  # no store call per collective
+    assert all(c['calls'] == 2.0 for w in ('8', '64') for c in per_batch[w]['roles'].values()), per_batch
+    agent = res['a failure being reported (per incident)']['64']['roles']
+    assert [c['calls'] for role, c in agent.items() if role.startswith("each node's agent")] == [1], agent

@@ -14,9 +14,10 @@ from .position import (rank_state, reset_rank_state, position, describe, peer_ve
                                       oldest_queued)
 
 # %% auto #0
-__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'EXIT_RECORD_WAIT', 'WAITING_GEN', 'COUNTERS', 'liveness_timeout',
-           'running', 'remember_position', 'where_now', 'heartbeat_where', 'blame_of', 'job_failure', 'report_failure',
-           'settle', 'parse_heartbeat', 'add_check', 'main_stack', 'waits_for_others', 'start_liveness',
+__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'EXIT_RECORD_WAIT', 'WAITING_GEN', 'AT_DIR_ENV', 'AT_RECORD_BYTES',
+           'COUNTERS', 'liveness_timeout', 'running', 'remember_position', 'where_now', 'heartbeat_where', 'blame_of',
+           'job_failure', 'report_failure', 'settle', 'parse_heartbeat', 'add_check', 'main_stack', 'waits_for_others',
+           'at_record_path', 'AtRecord', 'local_at_record', 'read_at_record', 'copy_at_records', 'start_liveness',
            'reset_liveness', 'script_ended', 'set_group_state', 'stop_liveness', 'exits_recorded', 'record_exit']
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9e9e7210
@@ -336,6 +337,83 @@ class _Watchdog(threading.Thread):
         exit_now(rank_state().code or 1, f"distrib: rank {self.world.rank} is still running {3*GRACE:.0f} s after "
                                          f"it failed (a hung teardown?): ending it")
 
+# %% ../../nbs/05_runtime.liveness.ipynb #a40e0002
+AT_DIR_ENV = 'DISTRIB_AT_DIR'  # the environment variable naming the directory of the workers' at-records
+AT_RECORD_BYTES = 1024         # bytes of one at-record: its JSON, padded with spaces
+
+def at_record_path(directory:str,     # the job's directory of at-records (`DISTRIB_AT_DIR`)
+                   rank:int,          # the worker's global rank
+                   restart_count:int=0, # the attempt (torchrun's TORCHELASTIC_RESTART_COUNT)
+                  )->str:             # the file's path
+    "The file of rank `rank`'s at-record in attempt `restart_count`, in `directory`"
+    return os.path.join(directory, f"{restart_count}.{rank}")
+
+def _at_bytes(pos:dict, colls:int)->bytes:
+    "The at-record of position `pos` after `colls` distrib collectives, as `AT_RECORD_BYTES` bytes (long names cut)"
+    data = json.dumps({'pos': pos, 'colls': colls}).encode()
+    if len(data) > AT_RECORD_BYTES:
+        pos = {k: v[:80] if isinstance(v, str) else v for k, v in pos.items()}
+        data = json.dumps({'pos': pos, 'colls': colls}).encode()[:AT_RECORD_BYTES]
+    return data.ljust(AT_RECORD_BYTES)
+
+class AtRecord:
+    """This rank's at-record in the local file `path`, opened (created, emptied) once: calling it writes where the
+    main thread is now and its count of distrib collectives (`position()`, `RankState.colls`) with one `os.pwrite`
+    of `AT_RECORD_BYTES` bytes at offset 0: no store call, no allocation of disk blocks after the first. Its write's
+    `OSError` (a disk gone) is ignored: the record is an aid. Raises `OSError` when the file cannot be opened."""
+    def __init__(self, path:str):
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def __call__(self):
+        st = rank_state()
+        try: os.pwrite(self.fd, _at_bytes(position(), st.colls), 0)
+        except OSError: pass  # the record is an aid: the collective goes on
+
+    def close(self):
+        "Close the file (it stays, for the launcher to read)"
+        if self.fd is not None: os.close(self.fd); self.fd = None
+
+def local_at_record(world:World)->AtRecord|None:
+    """The `AtRecord` of rank `world.rank` in the directory that `distrib.launch`'s agent names in `DISTRIB_AT_DIR`;
+    None without one (another launcher), or when its file cannot be created (one line on stderr says so)"""
+    d = os.environ.get(AT_DIR_ENV)
+    if not d: return None
+    try: return AtRecord(at_record_path(d, world.rank, world.restart_count))
+    except OSError as e:
+        print(f"distrib: rank {world.rank}: cannot write its at-record in {d} ({e}); after a crash inside a "
+              "collective the launcher's summary goes by the heartbeats alone", file=sys.stderr)
+        return None
+
+def read_at_record(path:str)->dict|None:
+    """The at-record `{'pos', 'colls'}` in the file `path`; None when there is none (no file, or an empty one: its
+    rank entered no distrib collective yet) or when it cannot be read whole (read three times: a rewrite may be
+    under way)"""
+    for _ in range(3):
+        try:
+            with open(path, 'rb') as f: data = f.read(AT_RECORD_BYTES)
+        except OSError: return None
+        if not data.strip(): return None
+        try: rec = json.loads(data)
+        except ValueError: continue  # read in the middle of a rewrite: read again
+        return rec if isinstance(rec, dict) else None
+    return None
+
+def copy_at_records(store,             # a client of the job's store, its keys unprefixed (the launcher's agent's)
+                    directory:str,     # the job's directory of at-records on this node (`DISTRIB_AT_DIR`)
+                    ranks,             # the global ranks of the agent's workers
+                    restart_count:int=0, # the attempt they ran in (torchrun's TORCHELASTIC_RESTART_COUNT)
+                   )->dict:            # rank -> the record copied
+    """For a launcher's agent whose run failed: copy its workers' at-records from `directory` into the job's store as
+    `at/<rank>` under liveness's prefix, in one `multi_set` (no call when none has a record), for the launcher's
+    summary (`distrib.runtime.stalls.last_positions`). Raises the store's errors."""
+    pre = f"distrib/liveness/{restart_count}//"  # `start_liveness`'s prefix, which PrefixStore joins with '/'
+    recs = {r: read_at_record(at_record_path(directory, r, restart_count)) for r in ranks}
+    recs = {r: rec for r, rec in recs.items() if rec is not None}
+    if recs: store.multi_set([f"{pre}at/{r}" for r in recs], [json.dumps(rec) for rec in recs.values()])
+    return recs
+
+
 # %% ../../nbs/05_runtime.liveness.ipynb #fd569f71
 COUNTERS = ('failures', 'waiting', 'straggler')  # the job's counters, which every watchdog tick reads
 
@@ -343,12 +421,6 @@ def _connect(host:str, port:int, prefix:str)->dist.Store:
     "A new client of the TCP store at `host:port`, its keys under `prefix`"
     s = dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
     return dist.PrefixStore(prefix, s)
-
-def _announce():
-    "Publish, from the main thread, the distrib collective it enters now: the launcher reads it after a crash in it"
-    st = rank_state()
-    try: st.main.set(f'at/{st.world.rank}', json.dumps({'pos': position(), 'colls': st.colls}))
-    except Exception: pass  # the store is gone: the watchdog ends this rank; the collective fails by itself
 
 def start_liveness(world:World|None=None,     # this process's place; default `current_world()`
                    record_path:str|None=None, # where the watchdog writes this rank's ErrorRecord; default torchrun's
@@ -375,7 +447,7 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
     st.dog = _Watchdog(own, world, timeout)
     try: st.dog.publish(main)  # the first heartbeat, before this returns: an exit right after finds it in the store
     except Exception: pass  # the thread's ticks meet the store's trouble, and end this rank if it lasts
-    st.announce = _announce
+    st.announce = local_at_record(world)
     atexit.register(stop_liveness)
     st.dog.start()
     return True

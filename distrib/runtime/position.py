@@ -44,8 +44,9 @@ class RankState:
         world (World): this process's place; main: the main thread's client of the job's store; dog: the watchdog
             thread; addr (str): 'host:port' of the store; record_path (str): where this process's ErrorRecord goes
             (None: `TORCHELASTIC_ERROR_FILE`); checks (tuple): the watchdog's checks of each tick,
-            `check(watchdog, now)`; announce: called as each distrib collective starts (it publishes where, for
-            the launcher's summary after a crash); reported (bool): this process reported its failure.
+            `check(watchdog, now)`; announce: called as each distrib collective starts, None: nothing (under
+            `distrib.launch`, a `distrib.runtime.liveness.AtRecord`, which writes where in a local file, for the
+            launcher's summary after a crash: no store call); reported (bool): this process reported its failure.
     What the watchdog learned, for the main thread:
         failure (dict): the job's first failure or verdict, once read; None while there is none.
         wait_key (str): the store key the main thread waits on in a distrib barrier; the watchdog sets it to wake

@@ -23,7 +23,7 @@ __all__ = ['STALL_FLOOR', 'STALL_STEPS', 'STACK_FRAMES', 'PHASE_REPORT_FACTOR', 
            'stall_timeout', 'check_stall_timeout', 'stall_timeout_for', 'note_step', 'median_step',
            'stall_report_threshold', 'watch_phases', 'examine', 'watch', 'watch_stalls', 'straggler_steps',
            'straggler_ratio', 'time_bucket', 'bucket_seconds', 'median_bucket', 'StepTimer', 'straggler_line',
-           'watch_stragglers', 'last_positions', 'mismatch', 'positions_text']
+           'watch_stragglers', 'at_from_heartbeat', 'last_positions', 'mismatch', 'positions_text']
 
 # %% ../../nbs/07_runtime.stalls.ipynb #5ffc1f65
 STALL_FLOOR = 60.0   # seconds: the least time a rank is stuck before the default report
@@ -558,6 +558,15 @@ def watch_stragglers(dog,        # the rank's `_Watchdog`, after its tick's stor
     _join(dog, st.straggler, rnd)
 
 # %% ../../nbs/07_runtime.stalls.ipynb #a1e5c0d2
+def at_from_heartbeat(hb:dict)->dict|None:
+    """The at-record (`{'pos', 'colls', 'seen': 'heartbeat'}`) that heartbeat `hb` shows: the distrib collective its
+    main thread was in, with the number of collectives it had entered then (the collective's `id`, `doing`'s count);
+    None when it shows none (or a collective queued on the GPU, which is not the last one entered)"""
+    p = hb.get('pos') or {}
+    if p.get('op') != 'collective' or p.get('queued'): return None
+    n = p.get('id') if isinstance(p.get('id'), int) else hb.get('colls')
+    return {'pos': p, 'colls': n, 'seen': 'heartbeat'}
+
 def last_positions(store,              # a client of the job's store, its keys unprefixed (the launcher's)
                    max_restarts:int=0, # torchrun's --max_restarts: the attempts whose heartbeats may be there
                    world_size:int|None=None, # the job's ranks, when known: one `check` and one `multi_get` of them
@@ -578,8 +587,11 @@ def last_positions(store,              # a client of the job's store, its keys u
                 while store.check([f"{pre}hb/{len(hbs)}"]):
                     hbs[len(hbs)] = parse_heartbeat(store.get(f"{pre}hb/{len(hbs)}"))
             else: hbs = {r: parse_heartbeat(v) for r, v in read([f"{pre}hb/{r}" for r in range(world_size)]).items()}
-            ranks = sorted(hbs)  # the distrib collective each entered last (`liveness._announce`)
+            ranks = sorted(hbs)  # the distrib collective each entered last (`liveness.copy_at_records`)
             for i, v in read([f"{pre}at/{r}" for r in ranks]).items(): hbs[ranks[i]]['at'] = parse_heartbeat(v)
+            for hb in hbs.values():  # no at-record copied (another launcher): the heartbeat's collective, if any
+                at = None if hb.get('at') else at_from_heartbeat(hb)
+                if at is not None: hb['at'] = at
         except Exception: return {}  # no store to read (it is gone): the summary goes without positions
         if hbs: return hbs
     return {}
@@ -588,7 +600,8 @@ def mismatch(hbs:dict, # rank -> last heartbeat (`last_positions`)
             )->str|None:
     """What the last positions `hbs` show of a collective run differently by the ranks, in words; None when nothing.
     Only positions that had not moved for a second (heartbeats are up to a second old) and the distrib collectives
-    last entered (published as each starts) are compared."""
+    last entered (the at-records, `last_positions`) are compared, the latter only when every live rank has one and
+    all have the same number: then the ranks' collectives of that number were certainly different calls."""
     live = {r: hb for r, hb in hbs.items() if hb.get('state') != 'exited'}
     ats = {r: hb['at'] for r, hb in live.items() if hb.get('at')}
     if len(ats) == len(live) > 1 and len({a.get('colls') for a in ats.values()}) == 1:
@@ -615,5 +628,5 @@ def positions_text(hbs:dict)->str:
     return '; '.join(f"rank {r} in {describe(hb.get('pos') or {})}" +
                      (f" (after {hb['colls']} distrib collectives)" if hb.get('colls') is not None else '') +
                      (f", last entering distrib collective number {hb['at'].get('colls')}, in "
-                      f"{describe(hb['at'].get('pos') or {})}" if hb.get('at') else '')
+                      f"{describe(hb['at'].get('pos') or {})}" if hb.get('at') and not hb['at'].get('seen') else '')
                      for r, hb in hbs.items())
