@@ -75,9 +75,8 @@ def _procs(nb_path:Path)->list:
                 for t in cell.parsed_() or []:
                     if isinstance(t, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): names = [t.name]
                     elif isinstance(t, (ast.Assign, ast.AnnAssign)):    # a constant: its value and comment
-                        targets = t.targets if isinstance(t, ast.Assign) else [t.target]
-                        targets = [e for n in targets for e in (n.elts if isinstance(n, ast.Tuple) else [n])]
-                        names = [n.id for n in targets if isinstance(n, ast.Name)]   # `A, B = 1, 2` too
+                        names = [n.id for n in (t.targets if isinstance(t, ast.Assign) else [t.target])
+                                 if isinstance(n, ast.Name)]
                     else: continue
                     for name in names:
                         path = f'distrib.{mod}.{name}'
