@@ -268,7 +268,8 @@ def test_long_phase_reported(slow_runs):
     is not ended, nothing else is reported, and the job ends well"""
     r, _ = slow_runs['phase_report']
     assert r.returncode == 0, r.stderr[-3000:]
-    found = re.findall(r"distrib: long phase: rank 0 has been in the declared long phase 'run download \(rank0_first\)' "
+    found = re.findall(r"distrib: long phase: rank 0 has been in the declared long phase "
+                       r"'run download \(rank0_first\)' "
                        r"for (\d+) s; ", r.stderr)
     assert len(found) == 2, r.stderr[-3000:]
     report('phase_report: rank 0 in rank0_first, reported', float(found[0]))
@@ -308,7 +309,8 @@ def early_runs():
     or the TimeoutExpired of a job that hung, seconds from the exit to the launcher's exit)"""
     jobs = [EARLY[i % len(EARLY)] for i in range(EARLY_AT_ONCE * EARLY_ROUNDS)]
     def run(place):
-        try: r = launch(SCRIPTS/'early_exit.py', place, nproc=2, timeout=60, env=dict(DISTRIB_LIVENESS_TIMEOUT=LIVENESS))
+        env = dict(DISTRIB_LIVENESS_TIMEOUT=LIVENESS)
+        try: r = launch(SCRIPTS/'early_exit.py', place, nproc=2, timeout=60, env=env)
         except subprocess.TimeoutExpired as e: return place, e, None
         m = re.search(r'FAULT_AT ([\d.]+)', r.stdout)
         return place, r, time.time() - float(m.group(1)) if m else None
