@@ -377,7 +377,9 @@ STRAGGLER_STEPS = 200      # `DISTRIB_STRAGGLER_STEPS` by default: the steps a r
 STRAGGLER_RATIO = 2.0      # `DISTRIB_STRAGGLER_RATIO` by default: a straggler's time per step against the median's
 STRAGGLER_MARGIN = 0.010   # seconds per step a straggler spends at least more than the median rank
 STRAGGLER_EVERY = 10.0     # seconds at least between two rounds of the straggler check
-HIST_LOW, HIST_RATIO, HIST_BUCKETS = 1e-4, 1.25, 64  # the ranks' times: 64 buckets of ratio 1.25 from 0.1 ms
+HIST_LOW = 1e-4      # seconds: the histogram of the ranks' times starts at 0.1 ms
+HIST_RATIO = 1.25    # each bucket's upper edge is 1.25 times its lower one
+HIST_BUCKETS = 64    # buckets, 0.1 ms to about 127 s (the last from 1e-4 * 1.25**63 s); the ends take the rest
 _FIELD, _PER_KEY, _SLOTS = 15, 4, 4  # 15-bit counts, 4 of them per counter; the rounds whose counters are kept
 
 def straggler_steps()->int:
