@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from .runtime.collectives import comm_device
+from .runtime.position import doing
 from .callback.core import Callback
 from .data import DistributedDL, IterableShards, find_bs
 
@@ -129,11 +130,10 @@ def _start_sum(n:torch.Tensor)->tuple:
 
 def _finish_sum(started:tuple, device:torch.device)->torch.Tensor:
     """The sum `_start_sum` started, on `device`, once done (under NCCL the current stream waits for it, not the
-    host). Not in a `doing('collective')`, which writes this rank's position to the job's store: once per step, from
-    every rank, that is a load on the store that grows with the world size; the heartbeat's position of the loop (the
-    event, the batch) says where a rank waits"""
+    host). The wait is a distrib collective (`doing`): a rank stuck in it is shown waiting for the others, and under
+    NCCL the watchdog follows it while it is queued on the GPU (no store call: issue 30)"""
     work, buf = started
-    work.wait()
+    with doing('collective', "the all_reduce of the step's item count"): work.wait()
     return buf.to(device)
 
 @torch.no_grad()

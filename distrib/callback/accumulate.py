@@ -11,6 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..data import DistributedDL, find_bs
 from .core import Callback, CancelBatchException
 from ..state import sharding_types
+from ..runtime.position import doing
 
 # %% auto #0
 __all__ = ['SYNC_STRATEGIES', 'GradientAccumulation']
@@ -35,7 +36,8 @@ def _all_reduce_grads(params, group=None):
     for ps in kinds.values():
         has = torch.tensor([p.grad is not None for p in ps], dtype=ps[0].dtype, device=ps[0].device)
         flat = torch.cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in ps] + [has])
-        dist.all_reduce(flat, group=group)
+        with doing('collective', "GradientAccumulation's all_reduce of gradients (forced_sync)"):
+            dist.all_reduce(flat, group=group)
         flat /= ws
         has, i = flat[-len(ps):].cpu() > 0, 0
         for j, p in enumerate(ps):

@@ -8,6 +8,7 @@ import math
 import torch
 import torch.distributed as dist
 from ..state import sharding_types
+from ..runtime.position import doing
 from .core import Callback
 
 # %% auto #0
@@ -37,12 +38,14 @@ def clip_grad_norm_(parameters,                 # parameters (or one tensor) who
     if math.isinf(norm_type):
         total = torch.stack([l.abs().max().float() for l, _ in parts if l.numel()] + [torch.zeros((), device=device)])
         total = total.max()
-        dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
+        with doing('collective', "clip_grad_norm_'s all_reduce (max)"):  # the watchdog sees where a rank waits
+            dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
     else:
         def psum(sharded): return sum((l.float().abs().pow(norm_type).sum() for l, s in parts if s == sharded),
                                       torch.zeros((), device=device))
         shards = psum(True)
-        dist.all_reduce(shards, group=group)  # the shards' sums; a whole gradient counts once
+        with doing('collective', "clip_grad_norm_'s all_reduce (sum)"):  # the shards' sums; a whole gradient once
+            dist.all_reduce(shards, group=group)
         total = (shards + psum(False)) ** (1/norm_type)
     if error_if_nonfinite and not torch.isfinite(total):
         raise RuntimeError(f"The total norm of order {norm_type} of the gradients is non-finite ({total.item()}), so "
