@@ -98,3 +98,20 @@ def test_caught_one_rank_error_deadlock_ends_in_seconds(capfd):
     end = time.time()
     fault = float(capfd.readouterr().out.split('FAULT_AT ')[1].split()[0])
     assert end - fault < 15, end - fault
+
+def collective_and_env():
+    "An all-reduce through distrib (which writes an at-record where DISTRIB_AT_DIR names a directory); the variable"
+    import distrib
+    distrib.setup_distrib(timeout=30)
+    try:
+        distrib.all_reduce_sum(torch.ones(1))
+        return os.environ.get('DISTRIB_AT_DIR')
+    finally: distrib.teardown_distrib()
+
+def test_inside_a_launched_worker_writes_no_at_record(tmp_path, monkeypatch):
+    """notebook_launch called in a distrib.launch worker (DISTRIB_AT_DIR set): its own workers are not the launcher's
+    ranks, so they write no at-record there (they would overwrite the outer ranks' of the same numbers)"""
+    monkeypatch.setenv('DISTRIB_AT_DIR', str(tmp_path))
+    assert notebook_launch(collective_and_env, nprocs=2, timeout=120, start_method='fork') is None
+    assert os.listdir(tmp_path) == []
+    assert os.environ['DISTRIB_AT_DIR'] == str(tmp_path)  # the caller's own environment is left as it was

@@ -14,7 +14,7 @@ from ..runtime.world import current_world, pg_initialized
 from ..runtime.group import teardown_distrib, group_timeout
 from ..runtime.errors import ErrorRecord, Failure, root_failure
 from ..runtime.procs import die_with_parent, reaping_stopped_children
-from ..runtime.liveness import start_liveness, stop_liveness, reset_liveness, report_failure, settle
+from ..runtime.liveness import start_liveness, stop_liveness, reset_liveness, report_failure, settle, AT_DIR_ENV
 from ..runtime.stalls import watch_stalls
 from .store import localhost_store
 from ..runtime.waits import explain_failure
@@ -39,6 +39,7 @@ class _Recorded:
         rank = current_world().rank
         die_with_parent(self.parent)
         reset_liveness()  # a forked worker starts afresh, whatever the caller's process did before
+        os.environ.pop(AT_DIR_ENV, None)  # called in a distrib.launch worker: its at-records are the launcher's ranks'
         watch_stalls()
         start_liveness(record_path=os.path.join(self.d, f'{rank}.json'))
         torch.set_num_threads(self.threads)
