@@ -30,6 +30,8 @@ def two(tmp_path_factory): return _job(tmp_path_factory, 'two', 2)
 def share(tmp_path_factory): return _job(tmp_path_factory, 'share', 2)
 @pytest.fixture(scope='module')
 def nccl(tmp_path_factory): return _job(tmp_path_factory, 'nccl', 2)
+@pytest.fixture(scope='module')
+def queued(tmp_path_factory): return _job(tmp_path_factory, 'queued', 2)
 
 def _check(job, name):
     r, out = job
@@ -72,6 +74,15 @@ def test_two_processes_share_a_gpu(share, name): _check(share, name)
 @two_gpus
 @pytest.mark.parametrize('name', ['nccl_group_timeouts', 'nccl_equals_one_process', 'nccl_fsdp'])
 def test_nccl_alone(nccl, name): _check(nccl, name)
+
+@two_gpus
+@pytest.mark.parametrize('name', ['queued_all_reduce', 'queued_ddp_reference' if CPU else 'queued_ddp_backward'])
+def test_queued_collective_is_followed(queued, name):
+    """Issue 34's item 7: while a collective rank 0 queued waits for rank 1, rank 0's heartbeat says it waits in it,
+    queued, its main thread gone on, and stops once it is done: `all_reduce_sum`, then DDP's backward. On GPUs over
+    NCCL (the host not blocked, the CUDA events queried only); on CPU `all_reduce_sum`'s part with gloo's async work
+    standing for NCCL's, and DDP's part as the reference (gloo's backward blocks: the check of the host can fail)"""
+    _check(queued, name)
 
 @cuda_only
 def test_gpus_option_places_the_rank(tmp_path):

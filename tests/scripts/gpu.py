@@ -18,8 +18,12 @@ MODE:
 - `nccl`: W=2, backend='nccl' given explicitly (no CPU backend): collectives, FSDP's pre-flight, equal to one process.
 - `place`: one process started with `--gpus 0` sees GPU 0 alone and trains there.
 - `fail`: rank W-1 raises in `before_batch` (the launcher must name it); NCCL when there is a GPU per rank.
+- `queued`: W=2, `backend='nccl'` on GPUs (gloo on CPU): a collective that returns once queued (issue 34's item 7)
+  is followed by the watchdog: rank 1 holds until rank 0's heartbeat in the store says rank 0 waits in it, queued,
+  its main thread gone on; it stops saying so once the collective is done. `all_reduce_sum` (on CPU a gloo
+  `async_op=True` all-reduce with `mark_queued(done=work.is_completed)` stands for NCCL's), then DDP's backward.
 """
-import copy, datetime, os, sys, tempfile
+import copy, datetime, os, sys, tempfile, time
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -106,6 +110,7 @@ def run_modes():
     elif mode in ('two', 'share', 'nccl'): several()
     elif mode == 'place': place()
     elif mode == 'fail': fail()
+    elif mode == 'queued': queued()
     else: raise SystemExit(f'unknown mode {mode}')
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -443,5 +448,118 @@ def fail():
             if rank == W - 1 and self.learn.iter == 2: raise ValueError('bad batch on purpose')
     learn = learner(make_model().to(device), bs=BS // W, cbs=Bad())
     with learn.distrib_ctx(device=device): learn.fit(1)
+
+# ---------------------------------------------------------------------------------------------------------------
+def until(pred, secs:float=30.):
+    "`pred()`'s first true value, polled every 0.1 s for at most `secs` seconds; None after that"
+    end = time.monotonic() + secs
+    while time.monotonic() < end:
+        if v := pred(): return v
+        time.sleep(0.1)
+    return None
+
+def queued():
+    """Issue 34's item 7: NCCL's collectives return once queued on the GPU; the watchdog shows the rank waiting in the
+    oldest one not done (a CUDA event `query()`d from its thread, never synchronised) once `RankState.hold` passed.
+    Rank 1 holds (a store key it waits for, with a timeout: never a hang) while rank 0's collective is queued; what
+    each rank finds wrong is gathered and raised on every rank at the end of each part. Assertions marked CUDA need
+    NCCL; on CPU a gloo `async_op=True` all-reduce, `mark_queued(done=work.is_completed)`, stands for NCCL's."""
+    from distrib.runtime.position import rank_state, doing, mark_queued
+    from distrib.runtime.liveness import running, parse_heartbeat, heartbeat_where
+    assert W == 2, W
+    if CUDA:   # torch's blocking wait makes `Work.wait()` block the host until the peers came: nothing is queued
+        blocking = [v for v in ('TORCH_NCCL_BLOCKING_WAIT', 'NCCL_BLOCKING_WAIT') if os.environ.get(v, '0') != '0']
+        assert not blocking, f'{blocking} set: unset it (ProcessGroupNCCL then blocks the host in wait())'
+        device = torch.device('cuda', current_world().local_rank)
+        torch.cuda.set_device(device)
+    else: device = torch.device('cpu')
+    setup_distrib(device=device, backend='nccl' if CUDA else 'gloo', timeout=60)
+    st = rank_state()
+    assert running(), 'liveness does not run: no heartbeat to read'
+    assert st.track_queued == CUDA, f'queue tracking is {st.track_queued} under {group_backend("cuda")}'
+    store = dist.PrefixStore('gpu_test/queued/', st.main)   # the control keys, beside liveness's own
+    hb = lambda r: parse_heartbeat(st.main.get(f'hb/{r}'))  # rank r's heartbeat as the peers read it
+    errs = []
+    def settle(name:str):   # every rank raises what any rank found; rank 0 prints the check
+        bad = [e for es in gather_object(errs) for e in es]
+        assert not bad, f'{name}: ' + '; '.join(bad)
+        errs.clear()
+        ok(name)
+    # NCCL creates its communicator at the first collective, blocking the host until the peers come: done here
+    all_reduce_sum(torch.ones(1, device=device))
+    if CUDA: torch.cuda.synchronize()
+
+    # 1. all_reduce_sum (64 MiB on a GPU): rank 0's main thread goes on while rank 1 holds
+    n = (16 << 20) if CUDA else (1 << 16)
+    x = torch.full((n,), float(rank + 1), device=device)
+    def says_queued(h:dict):
+        p = h.get('pos') or {}
+        if not (p.get('queued') and p.get('op') == 'collective' and p.get('name') == 'all_reduce_sum'): return None
+        return h
+    if rank == 0:
+        if CUDA:
+            y = all_reduce_sum(x)   # distrib's doing('collective') block records a CUDA event as it ends
+            mine = torch.cuda.Event(); mine.record()   # queried only: done with the all-reduce (same stream)
+            done = mine.query
+        else:
+            with doing('collective', 'all_reduce_sum'): work = dist.all_reduce(y := x.clone(), async_op=True)
+            mark_queued('all_reduce_sum', done=work.is_completed, ident=st.colls)
+            done = work.is_completed
+        if store.check(['A/joining']): errs.append('the main thread was blocked in all_reduce_sum until rank 1 came')
+        if done(): errs.append('the all-reduce is done before rank 1 joined it: nothing was queued')  # CUDA: on the GPU
+        store.set('A/returned', '1')
+        if not until(lambda: store.check(['A/joining']), 60): errs.append('rank 1 never joined')
+        h = until(lambda: (h := hb(0)) and not (h.get('pos') or {}).get('queued') and h)
+        if h is None: errs.append('the heartbeat still says queued 30 s after rank 1 joined')
+        elif not done(): errs.append(f'the heartbeat stopped saying queued before the all-reduce was done: {h}')
+        if not CUDA: work.wait()
+        if not bool((y == 3).all()): errs.append(f'the all-reduce summed to {y.unique().tolist()}, not 3')
+    else:
+        h = until(lambda: says_queued(hb(0)))
+        if h is None: errs.append(f"rank 0's heartbeat never said it waits in all_reduce_sum, queued: {hb(0)}")
+        else:
+            where = heartbeat_where(h)
+            if 'the collective all_reduce_sum, queued and not done (its main thread has gone on to its script' \
+               not in where: errs.append(f'rank 0 is shown as {where!r}')
+            if h['age'] < st.hold - 0.05: errs.append(f"shown queued {h['age']} s after it queued, before the hold")
+            if not store.check(['A/returned']): errs.append("rank 0's main thread had not returned")
+        store.set('A/joining', '1')   # joins whatever was found: rank 0 is never left waiting
+        y = all_reduce_sum(x)
+        if not bool((y == 3).all()): errs.append(f'the all-reduce summed to {y.unique().tolist()}, not 3')
+    settle('queued_all_reduce')
+
+    # 2. DDP's gradient all-reduce (distrib_ctx): rank 1 holds before its backward of training batch 1. On CUDA
+    # rank 0's backward returns with it queued; on CPU gloo's backward blocks until rank 1 joins (the reference:
+    # the check of the main thread can fail)
+    at = lambda learn: learn.training and learn.epoch == 0 and learn.iter == 1
+    def in_ddp(h:dict):
+        p = h.get('pos') or {}
+        here = p.get('event') == 'backward' and p.get('sync') and p.get('batch') == 1 and p.get('training')
+        return h if here and (p.get('queued') or not CUDA) else None
+    class Hold(Callback):
+        order = 12   # after DistributedTrainer (11), whose after_backward marks DDP's all-reduce queued
+        def before_backward(self):
+            if rank != 1 or not at(self.learn): return
+            h = until(lambda: in_ddp(hb(0)))
+            if h is None: errs.append(f"rank 0's heartbeat never said it waits in DDP's all-reduce: {hb(0)}")
+            elif CUDA and 'after_backward (epoch 0, training batch 1)' not in h['pos'].get('main', ''):
+                errs.append(f"rank 0's main thread is shown at {h['pos'].get('main')!r}")
+            store.set('B/joining', '1')
+        def after_backward(self):
+            if rank != 0 or not at(self.learn): return
+            came = store.check(['B/joining'])
+            if not CUDA:
+                if not came: errs.append("gloo's backward returned before rank 1 joined: the reference is wrong")
+                return
+            if came: errs.append("the main thread was blocked in DDP's backward until rank 1 came")   # CUDA
+            mine = torch.cuda.Event(); mine.record()
+            if mine.query(): errs.append("DDP's all-reduce is done before rank 1 joined: nothing was queued")
+            if not until(lambda: store.check(['B/joining']), 60): errs.append('rank 1 never joined')
+            h = until(lambda: (h := hb(0)) and not (h.get('pos') or {}).get('queued') and h)
+            if h is None: errs.append('the heartbeat still says queued 30 s after rank 1 joined')
+            elif not mine.query(): errs.append(f'the heartbeat stopped saying queued before the all-reduce was done')
+    learn = learner(make_model().to(device), bs=BS // W, cbs=Hold())
+    with learn.distrib_ctx(device=device if CUDA else None): learn.fit(1)
+    settle('queued_ddp_backward' if CUDA else 'queued_ddp_reference')
 
 run_modes()
