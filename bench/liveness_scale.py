@@ -447,19 +447,19 @@ def _report(err:BaseException):
     an `ErrorRecord` written by a rename would replace by a regular file when run as root"""
     with tempfile.TemporaryDirectory() as d: liveness.settle(liveness.report_failure(err, path=os.path.join(d, 'rec')))
 
+def _fail_in_a_collective():
+    "This rank's collective raises (no process group here: torch.distributed's all_reduce raises); it reports why"
+    import torch
+    try: dist.all_reduce(torch.zeros(1))
+    except Exception as e: _report(waits.explain_failure(e, 60.))
+
 def failure_first(W:int)->dict:
     "Rank 0 was killed; rank 1's collective raises first: it explains it (reads every heartbeat once) and reports"
     r = Run(W, 1)
     r.ranks.at(range(W), BACKWARD)
     r.run(3)
     r.rank.ended = 'no ticks'  # the main thread's calls only
-    def fail():
-        import torch
-        try: dist.all_reduce(torch.zeros(1))  # raises in torch.distributed's all_reduce: no process group here
-        except Exception as e:
-            err = waits.explain_failure(e, 60.)
-            _report(err)
-    return per_incident(r, fail)
+    return per_incident(r, _fail_in_a_collective)
 
 def failure_other(W:int)->dict:
     "Another rank whose collective raised: it waits for the first one's report, and reports its consequence"
@@ -470,13 +470,7 @@ def failure_other(W:int)->dict:
     r.store.put('explain', 1); r.store.put('failures', 1)
     r.store.put('failure/1', json.dumps({'rank': 1, 'kind': 'peer', 'summary': 'PeerFailedError: ...',
                                          'blame': {'0': {'how': 'closed its connection'}}, 'where': None}))
-    def fail():
-        import torch
-        try: dist.all_reduce(torch.zeros(1))
-        except Exception as e:
-            err = waits.explain_failure(e, 60.)
-            _report(err)
-    return per_incident(r, fail)
+    return per_incident(r, _fail_in_a_collective)
 
 def exit_launcher(W:int)->dict:
     "The launcher's agent publishing rank 1's exit without a goodbye (`record_exit`): its calls per incident"

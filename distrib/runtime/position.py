@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, MISSING
 
 # %% auto #0
-__all__ = ['QUEUED_MAX', 'RankState', 'rank_state', 'reset_rank_state', 'doing', 'long_phase', 'track', 'position', 'describe',
-           'mark_queued', 'oldest_queued', 'queue_tracking', 'peer_verdict', 'exit_verdict']
+__all__ = ['QUEUED_MAX', 'RankState', 'rank_state', 'reset_rank_state', 'doing', 'seconds_or_none', 'long_phase', 'track',
+           'position', 'describe', 'mark_queued', 'oldest_queued', 'queue_tracking', 'peer_verdict', 'exit_verdict']
 
 # %% ../../nbs/04_runtime.position.ipynb #a30e0002
 @dataclass(eq=False)
@@ -140,12 +140,16 @@ def doing(kind:str,        # 'setup', 'collective', 'barrier' or 'phase'
         if start is not None: st.waited += time.perf_counter() - start
     if kind == 'collective' and st.track_queued: mark_queued(name, ident=ident)  # NCCL's may still be on the GPU
 
-def _check_phase_timeout(timeout)->float|None:
-    "`timeout` as seconds (a number > 0, or None); `ValueError` otherwise, saying what to pass"
-    if timeout is None: return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
-        raise ValueError(f"long_phase(timeout={timeout!r}): pass a number of seconds > 0, or None for no limit")
-    return float(timeout)
+def seconds_or_none(value,      # a number of seconds, or None
+                    said:str,   # how the caller was given it, `{!r}` standing for it: 'stall_timeout={!r}'
+                    none:str,   # what None means, after 'or None ': 'for no limit'
+                   )->float|None: # `value` as a float, or None
+    """`value` as seconds: a finite number > 0 (not a bool), or None. Raises `ValueError` otherwise, naming the
+    argument as `said` shows it and saying what to pass"""
+    if value is None: return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{said.format(value)}: pass a number of seconds > 0, or None {none}")
+    return float(value)
 
 @contextmanager
 def _phase(name:str, timeout:float|None):
@@ -170,7 +174,7 @@ def long_phase(name:str,                # the phase in words: 'downloading the d
     (`distrib.runtime.stalls.watch_phases`). With `timeout`, the watchdog ends the job once the phase has lasted that
     many seconds, with a `LongPhaseTimeoutError` naming it (a phase inside another: each one's timeout counts). Both
     need liveness (two ranks or more under a launcher). Raises `ValueError` for a `timeout` that is not a number > 0."""
-    return _phase(name, _check_phase_timeout(timeout))
+    return _phase(name, seconds_or_none(timeout, 'long_phase(timeout={!r})', 'for no limit'))
 
 def track(learn):
     "Report the position of `learn`'s loop in this rank's heartbeat (None: stop); `DistributedTrainer` calls it"

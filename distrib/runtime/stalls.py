@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import torch
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, LongPhaseTimeoutError,
                                     blame_text)
-from .position import rank_state, describe, position
+from .position import rank_state, describe, position, seconds_or_none
 
 
 from .liveness import (WAITING_GEN, add_check, report_failure, parse_heartbeat, main_stack,
@@ -54,10 +54,7 @@ def stall_timeout()->float|None:
 
 def check_stall_timeout(t)->float|None:
     "`t` as seconds (a number > 0, or None); `ValueError` otherwise, saying what to pass"
-    if t is None: return None
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
-        raise ValueError(f"stall_timeout={t!r}: pass a number of seconds > 0, or None to only report stalls")
-    return float(t)
+    return seconds_or_none(t, 'stall_timeout={!r}', 'to only report stalls')
 
 @contextmanager
 def stall_timeout_for(t:float|None, # seconds (`check_stall_timeout`); None: leave the setting as it is
