@@ -91,15 +91,19 @@ def stall_report_threshold()->float:
 # %% ../../nbs/07_runtime.stalls.ipynb #a38e0002
 PHASE_REPORT_FACTOR = 10  # a declared long phase is reported after this many times the stall report's threshold
 
+def _end_from_watchdog(dog, err:BaseException):
+    "Report `err` as this rank's failure, raised by its watchdog thread, with the main thread's stack; end the rank"
+    report_failure(err, store=dog.store, tb_text=f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread)"
+                   f"\nRank {dog.world.rank}'s main thread (innermost last):\n{main_stack(STACK_FRAMES)}")
+    dog.end(err)
+
 def _phase_timeout(dog, name:str, age:float, timeout:float):
     "End the job: this rank has been in its declared long phase `name` for `age` s, past its `timeout`"
     me = dog.world.rank
     err = LongPhaseTimeoutError(f"rank {me} has been in the declared long phase {name!r} for {age:.0f} s, past its "
                                 f"timeout: long_phase({name!r}, timeout={timeout:g}) ends the job after {timeout:g} s",
                                 name, timeout)
-    report_failure(err, store=dog.store, tb_text=f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread)"
-                   f"\nRank {me}'s main thread (innermost last):\n{main_stack(STACK_FRAMES)}")
-    dog.end(err)
+    _end_from_watchdog(dog, err)
 
 def watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store calls
                  now:float,  # `time.monotonic()` of this tick
@@ -229,11 +233,7 @@ def _deadlock_text(me:int, mine:dict, odd:dict, hbs:dict)->str:
 
 def _deadlock(dog, mine:dict, odd:dict, hbs:dict):
     "End this rank with the `RanksDivergedError` of deadlock `odd` (`_diverged`), no rank being to blame"
-    me = dog.world.rank
-    err = RanksDivergedError(_deadlock_text(me, mine, odd, hbs), odd)
-    report_failure(err, store=dog.store, tb_text=f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread)"
-                   f"\nRank {me}'s main thread (innermost last):\n{main_stack(STACK_FRAMES)}")
-    dog.end(err)
+    _end_from_watchdog(dog, RanksDivergedError(_deadlock_text(dog.world.rank, mine, odd, hbs), odd))
 
 def _confirmed(key:str, odd:dict, hbs:dict)->bool:
     """True when deadlock `odd` was seen at an earlier tick too, with this rank at position `key` since and each rank
@@ -340,9 +340,7 @@ def _queued_timeout(dog, entry:tuple, now:float):
         f"timeout ({st.queue_timeout:.0f} s; distrib_ctx(timeout=...) or setup_distrib(timeout=...)); a rank that "
         "legitimately keeps the others waiting longer declares it with `with long_phase('...'):`", blame,
         pos.get('name'))
-    report_failure(err, store=dog.store, tb_text=f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread)\n"
-                   f"Rank {me}'s main thread (innermost last):\n{main_stack(STACK_FRAMES)}")
-    dog.end(err)
+    _end_from_watchdog(dog, err)
 
 def watch(dog,        # the rank's `_Watchdog`, after its tick's store calls
           now:float,  # `time.monotonic()` of this tick
