@@ -63,3 +63,12 @@ def test_figures(outw):
     m = re.search(r'^ITEMS (\{.*\})', outw, re.M)
     assert m, outw
     print(json.loads(m.group(1)))
+
+@pytest.mark.parametrize('case', ['known_equal', 'known_equal_accumulate', 'ignored_target', 'class_weights',
+                                  'callback_before_item_mean'])
+def test_known_equal_counts(outw, case):
+    """Issue 39: a classifier's nn.CrossEntropyLoss() over a TensorDataset without an ignored target sums no count
+    (no all-reduce in any batch), with and without accumulation; an ignored target, class weights or a callback that
+    could change the targets before ItemMean: one all-reduce of the count per step. Each against one process with the
+    global batch (weights <= 1e-5, recorder.values <= 1e-6)"""
+    assert checked(outw, case) and checked(outw, f'{case}_all_reduces'), outw
