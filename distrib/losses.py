@@ -239,7 +239,9 @@ class ItemMean(Callback):
     def before_train(self):
         "Once a pass (the per-batch path stays short): the world size, and whether the ranks' counts are known equal"
         self._ws, lf = _world_size(self.learn.dl), self.learn.loss_func
-        self._known = lf if self._ws > 1 and _counts_known_equal(self.learn, self.order, self._checked) else None
+        known = (self._ws > 1 and _loss_module(lf) is not None   # a batch-mean loss: nothing to check
+                 and _counts_known_equal(self.learn, self.order, self._checked))
+        self._known = lf if known else None
     def _whole_step(self)->bool:
         "Whether this micro-batch is a whole optimizer step: no accumulation, or a window of one micro-batch"
         ga = getattr(self.learn, 'gradient_accumulation', None)
