@@ -194,7 +194,7 @@ def _counts_known_equal(learn, order:int, checked:dict)->bool:
         key = (id(t), t._version, m.ignore_index)
         if key not in checked: checked.clear(); checked[key] = not bool((t == m.ignore_index).any())
         ok = checked[key]
-    facts = [dl.n_shard, dl.batch_size, int(dl.drop_last), t[:1].numel()] if ok else [0]*4   # t[:1]: a row's items
+    facts = [dl.n_shard, dl.batch_size, int(dl.drop_last), t[:1].numel()] if ok else [0]*4   # t[:1]: a row
     return _agree([int(ok), *facts]) and ok
 
 @torch.no_grad()
@@ -231,7 +231,8 @@ class ItemMean(Callback):
     when the targets or the loss changed after `before_batch` counted them (a callback of a higher order)."""
     order = 8
     n_items = scale = window = _early = _work = None   # _early, _work: count all-reduces started, not waited for
-    pending, _ws, _window_known = False, 1, False                             # a window's count to all-reduce; the training world size
+    pending, _ws, _window_known = False, 1, False   # a window's count to all-reduce; the training world size; the
+                                                    # window's count known equal (no all-reduce)
     _known = None                                       # the loss whose counts are known equal in this pass, if any
     def before_fit(self):
         self.n_items = self.scale = self.window = self._early = self._work = self._known = None
