@@ -223,3 +223,91 @@ def test_load_keeps_step_counts_on_the_cpu(tmp_path):
     steps = [s['step'] for s in b.opt.state.values()]
     assert steps and all(t.device.type == 'cpu' for t in steps), [t.device for t in steps]
     assert {s['exp_avg'].device.type for s in b.opt.state.values()} == {'meta'}   # the moments follow the parameters
+
+# issue 39's item 3: what a cluster user meets first. setup_distrib of one rank with CUDA's answers substituted: the
+# rendezvous gives a HashStore the calls share, init_process_group is recorded (with torch's signature), and the
+# liveness the real group would start is left out
+@pytest.fixture
+def fake_setup(monkeypatch, gpus):
+    store, calls, uuids = dist.HashStore(), [], {}
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
+                           group_name='', pg_options=None, device_id=None):   # torch 2.8's parameters
+        calls.append(dict(backend=backend, device_id=device_id))
+        if setup.fail: raise RuntimeError('Gloo connectFullMesh failed')
+    monkeypatch.setattr(dist, 'rendezvous', lambda url, rank, world_size, timeout: iter([(store, rank, world_size)]))
+    monkeypatch.setattr(dist, 'init_process_group', init_process_group)
+    for name in ('watch_stalls', 'start_liveness', 'set_group_state', '_nccl_backstop', 'queue_tracking'):
+        monkeypatch.setattr(G, name, lambda *a, **k: None)
+    monkeypatch.setattr(G._State, 'at_exit', True)
+    monkeypatch.setattr(G._State, 'n_groups', 0)
+    monkeypatch.setattr(dist, 'is_nccl_available', lambda: True)
+    # the GPU's UUID: the same for every rank (they share the node's GPUs) unless `uuids` gives one per rank
+    monkeypatch.setattr(torch.cuda, 'get_device_properties',
+                        lambda d: types.SimpleNamespace(uuid=uuids.get(setup.rank, f'GPU-{torch.device(d).index}')))
+    def setup(rank:int, world:int=2, n_gpus:int=1, **kw):
+        setup.rank, G._State.n_groups = rank, 0   # each rank's first group, as in its own process
+        gpus(n_gpus)
+        return G.setup_distrib(world=World(rank, world, rank, world, env='env'), **kw)
+    setup.fail, setup.calls, setup.uuids = False, calls, uuids
+    return setup
+
+def test_more_processes_than_gpus_refused(fake_setup):
+    "2 processes on a node with 1 GPU under NCCL: the second is refused in one line naming --nproc_per_node"
+    assert fake_setup(0)
+    with pytest.raises(ValueError, match=r'rank 1 would share GPU cuda:0 .* --nproc_per_node 1\)'): fake_setup(1)
+    assert len(fake_setup.calls) == 1
+
+def test_gpus_bound_one_per_task_pass(fake_setup):
+    "Slurm's --gpus-per-task=1: each task sees its own GPU as cuda:0 (different UUIDs): not refused"
+    fake_setup.uuids.update({0: 'GPU-a', 1: 'GPU-b'})
+    assert fake_setup(0) and fake_setup(1)
+
+def test_ranks_share_a_gpu_over_gloo(fake_setup):
+    assert fake_setup(0, backend='gloo') and fake_setup(1, backend='gloo')
+    assert [c['device_id'] for c in fake_setup.calls] == [None, None]   # gloo: no device_id either
+
+def test_device_id_reaches_init_process_group(fake_setup):
+    "One GPU per rank under the default backend: NCCL gets the rank's GPU (eager communicator), where torch has it"
+    assert fake_setup(1, n_gpus=2)
+    assert fake_setup.calls == [dict(backend='cpu:gloo,cuda:nccl', device_id=cuda(1))]
+
+def test_no_device_id_on_a_torch_without_it(fake_setup, monkeypatch):
+    monkeypatch.setattr(dist, 'init_process_group', lambda backend, **kw: fake_setup.calls.append(kw))
+    assert fake_setup(1, n_gpus=2)
+    assert 'device_id' not in fake_setup.calls[0]
+
+@pytest.mark.parametrize('nccl, gloo, want', [('lo', None, 'lo'), ('=lo', None, 'lo'), ('^docker', None, None),
+                                              ('lo', 'eth7', 'eth7')])
+def test_gloo_socket_ifname_follows_nccl(fake_setup, monkeypatch, nccl, gloo, want):
+    "GLOO_SOCKET_IFNAME defaults to NCCL_SOCKET_IFNAME's interface when only that is set (gloo: exact names)"
+    monkeypatch.setenv('GLOO_SOCKET_IFNAME', 'x')   # restored (unset) after the test
+    if gloo is None: monkeypatch.delenv('GLOO_SOCKET_IFNAME')
+    else: monkeypatch.setenv('GLOO_SOCKET_IFNAME', gloo)
+    monkeypatch.setenv('NCCL_SOCKET_IFNAME', nccl)
+    assert fake_setup(0, n_gpus=2)
+    assert os.environ.get('GLOO_SOCKET_IFNAME') == want
+
+def test_init_error_names_both_interfaces(fake_setup, monkeypatch):
+    monkeypatch.setenv('NCCL_SOCKET_IFNAME', '^docker')
+    fake_setup.fail = True
+    with pytest.raises(RuntimeError, match='connectFullMesh') as e: fake_setup(0, n_gpus=2)
+    note = ' '.join(getattr(e.value, '__notes__', []))
+    assert "GLOO_SOCKET_IFNAME=unset" in note and "NCCL_SOCKET_IFNAME='^docker'" in note, note
+
+# issue 39's item 3: a CUDA event follows only a collective queued on a CUDA stream
+def test_no_cuda_event_after_a_gloo_collective(monkeypatch):
+    from distrib.runtime import position as PO
+    marked = []
+    monkeypatch.setattr(PO, 'mark_queued', lambda name=None, **kw: marked.append(name))
+    PO.queue_tracking(True, 60.)
+    try:
+        for device in ('cpu', torch.device('cpu'), 'cuda', cuda(1), None):
+            with PO.doing('collective', str(device), device=device): pass
+        assert marked == ['cuda', 'cuda:1', 'None']
+        # all_reduce_sum of the default backend: a CPU tensor through gloo, not followed
+        monkeypatch.setattr(CO, '_world_size', lambda: 2)
+        monkeypatch.setattr(CO, 'comm_device', lambda group=None: torch.device('cpu'))
+        monkeypatch.setattr(dist, 'all_reduce', lambda t, op=None: None)
+        CO.all_reduce_sum(torch.ones(2))
+        assert marked == ['cuda', 'cuda:1', 'None']
+    finally: PO.queue_tracking(False)
