@@ -1,7 +1,7 @@
 """The device logic of the CUDA paths, on CPU: where it only asks torch about CUDA (`torch.cuda.is_available`,
 `device_count`, the group's backends), CUDA's answers are substituted (monkeypatch), so that the decisions a GPU
 machine would take are checked here; what only a GPU can run is in test_gpu.py (issue 34)."""
-import datetime, os, socket, tempfile, threading, types
+import datetime, os, re, socket, tempfile, threading, types
 import pytest, torch
 import torch.distributed as dist
 from torch import nn
@@ -311,3 +311,17 @@ def test_no_cuda_event_after_a_gloo_collective(monkeypatch):
         CO.all_reduce_sum(torch.ones(2))
         assert marked == ['cuda', 'cuda:1', 'None']
     finally: PO.queue_tracking(False)
+
+# issue 39's item 3: compile=True on a machine without a compiler says what to install, before the first step
+@pytest.mark.parametrize('device, says', [(None, 'C++ compiler'), ('cuda', "C compiler for Triton's GPU kernels")])
+def test_compile_needs_a_compiler(monkeypatch, device, says):
+    from distrib.strategies import compiling as CP
+    for v in ('CC', 'CXX'): monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(CP.shutil, 'which', lambda name: None)
+    if device: monkeypatch.setattr(CP, 'model_device', lambda m: cuda(0))   # the model on the GPU
+    learn = Learner(DataLoaders(DataLoader(TensorDataset(torch.zeros(4, 1), torch.zeros(4, 1)))), nn.Linear(1, 1),
+                    F.mse_loss)
+    with pytest.raises(RuntimeError, match=re.escape(says) + r".*apt-get install gcc g\+\+"):
+        with learn.distrib_ctx(compile=True): pass
+    assert 'forward' not in learn.model.__dict__   # nothing left compiled
+    with learn.distrib_ctx(compile={'backend': 'aot_eager'}): pass
