@@ -325,3 +325,35 @@ def test_compile_needs_a_compiler(monkeypatch, device, says):
         with learn.distrib_ctx(compile=True): pass
     assert 'forward' not in learn.model.__dict__   # nothing left compiled
     with learn.distrib_ctx(compile={'backend': 'aot_eager'}): pass
+
+# issue 39's item 3: FSDP keeps one whole copy of the model in host memory (the Learner's), not a deep copy beside it
+class Scaled(nn.Module):
+    "Two layers sharing a weight (a tie), and a buffer outside the state dict"
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.b.weight = self.a.weight
+        self.register_buffer('scale', torch.tensor(3.), persistent=False)
+    def forward(self, x): return self.b(torch.relu(self.a(x))).sum(-1, keepdim=True) * self.scale
+
+def test_fsdp_copy_holds_no_memory(one_rank_group, monkeypatch):
+    from distrib.strategies import fsdp as FS
+    shard, sharded_on = FS.shard_model, []
+    def spy(model, *a, **kw):
+        sharded_on.extend(t.device.type for t in [*model.parameters(), *model.buffers()])
+        return shard(model, *a, **kw)
+    monkeypatch.setattr(FS, 'shard_model', spy)
+    x = torch.randn(32, 4); y = x.sum(1, keepdim=True)
+    def learner():
+        torch.manual_seed(0)
+        learn = Learner(DataLoaders(DataLoader(TensorDataset(x, y), batch_size=8)), Scaled(), F.mse_loss)
+        learn.logger, learn.progress.enabled = (lambda *a: None), False
+        return learn
+    plain = learner(); plain.fit(2)
+    learn = learner()
+    learn.to_distributed(strategy='fsdp')   # the root alone: torch shards a tie in one group
+    try: learn.fit(2)
+    finally: learn.detach_distributed()
+    assert sharded_on and set(sharded_on) == {'meta'}, sharded_on   # the copy was sharded before it held anything
+    for k, v in plain.model.state_dict().items(): torch.testing.assert_close(learn.model.state_dict()[k], v)
+    assert learn.model.b.weight is learn.model.a.weight and learn.model.scale.item() == 3.
