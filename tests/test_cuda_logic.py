@@ -357,3 +357,13 @@ def test_fsdp_copy_holds_no_memory(one_rank_group, monkeypatch):
     assert sharded_on and set(sharded_on) == {'meta'}, sharded_on   # the copy was sharded before it held anything
     for k, v in plain.model.state_dict().items(): torch.testing.assert_close(learn.model.state_dict()[k], v)
     assert learn.model.b.weight is learn.model.a.weight and learn.model.scale.item() == 3.
+
+# issue 39's item 3: the README's GPU benchmark line on a machine with one GPU does not fail (exit code 2)
+def test_strategies_bench_on_one_gpu():
+    import importlib.util
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location('bench_strategies', ROOT/'bench'/'strategies.py')
+    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    assert [bench.cuda_ranks(None, n) for n in (1, 2, 8)] == [None, 2, 2]   # one GPU: nothing to measure, said
+    assert bench.cuda_ranks(4, 8) == 4
+    with pytest.raises(ValueError, match='--ranks 4 with --device cuda needs 4 GPUs'): bench.cuda_ranks(4, 2)
