@@ -41,7 +41,8 @@ def broadcast_object(obj,        # any picklable object; only `src`'s is used
     _check_rank(src, ws, 'src')
     if ws == 1: return obj
     buf = [obj if dist.get_rank() == src else None]
-    with doing('collective', f'broadcast_object(src={src})', device=comm_device()): dist.broadcast_object_list(buf, src=src)
+    with doing('collective', f'broadcast_object(src={src})', device=comm_device()):
+        dist.broadcast_object_list(buf, src=src)
     return buf[0]
 
 # %% ../../nbs/09_runtime.collectives.ipynb #423f863a
