@@ -85,6 +85,10 @@ def weights(learn):
     ps = [p.full_tensor() if hasattr(p, 'full_tensor') else p for p in unwrap_model(learn.model).parameters()]
     return torch.cat([p.detach().float().cpu().flatten() for p in ps])
 
+def sharded(learn)->bool:
+    "Every parameter of the Learner's model is a shard (a DTensor): FSDP is on"
+    return all(hasattr(p, 'full_tensor') for p in unwrap_model(learn.model).parameters())
+
 def close(a, b, tol, name):
     d = (a - b).abs().max().item()
     assert d <= tol, f'{name}: max difference {d} > {tol}'
@@ -347,7 +351,9 @@ def several():
     if mode == 'share': return
     if mode == 'nccl':   # FSDP's pre-flight with NCCL alone (no CPU backend): item 5
         learn = learner(make_model(), bs=BS // W)   # on the CPU: FSDPTrainer moves it
-        with learn.distrib_ctx(device=device, strategy='fsdp', shard_classes=nn.Linear): learn.fit(2)
+        with learn.distrib_ctx(device=device, strategy='fsdp', shard_classes=nn.Linear):
+            learn.fit(2)
+            assert sharded(learn), 'strategy=fsdp under backend nccl: the model is not sharded'
         close(weights(learn), ref_w, 1e-5, 'fsdp under backend nccl')
         ok('nccl_fsdp')
         return
@@ -440,7 +446,9 @@ def several():
 
     # FSDP over the W ranks, equal to one process; on GPUs with cpu_offload and MixedPrecision too (item 5)
     learn = learner(make_model(), bs=BS // W)
-    with learn.distrib_ctx(device=ctx_device, strategy='fsdp', shard_classes=nn.Linear): learn.fit(2)
+    with learn.distrib_ctx(device=ctx_device, strategy='fsdp', shard_classes=nn.Linear):
+        learn.fit(2)
+        assert sharded(learn), 'strategy=fsdp: the model is not sharded'
     close(weights(learn), ref_w, 1e-5, 'fsdp')
     ok('fsdp')
     if CUDA:
@@ -461,6 +469,7 @@ def several():
             mp = learn.mixed_precision
             assert mp.device_type == 'cuda' and mp.autocast_dtype == torch.float16 and mp.scaler is not None, \
                 (mp.device_type, mp.autocast_dtype, mp.scaler)
+            assert sharded(learn) and torch.float16 in unwrap_model(learn.model).seen, unwrap_model(learn.model).seen
         ok('fsdp_offload_mixed_precision')
 
         # DataParallel over two GPUs, from a CPU model, under MixedPrecision('bf16') (item 6)
@@ -533,7 +542,7 @@ def queued():
         assert not bad, f'{name}: ' + '; '.join(bad)
         errs.clear()
         ok(name)
-    # NCCL creates its communicator at the first collective, blocking the host until the peers come: done here
+    # a first collective, done: NCCL's communicator (formed in setup_distrib, which gives it device_id) is warm
     all_reduce_sum(torch.ones(1, device=device))
     if CUDA: torch.cuda.synchronize()
 
