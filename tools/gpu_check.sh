@@ -70,16 +70,16 @@ $PY -c 'import distrib, fastcore, tqdm; print("distrib from", distrib.__file__)'
     exit 1; }
 
 if [ "$DEV" = cpu ]; then   # the rehearsal: the suite's CPU part, the benchmarks' smallest settings
-    step suite 255 $PY -m pytest -m gpu tests -v -rs -p no:cacheprovider --durations=15
-    step overhead 75 $PY bench/overhead.py --sections ddp --reps 3
-    step strategies 75 $PY bench/strategies.py --hidden 64 --layers 2 --steps 2 --warmup 1 --batch 2 --configs ddp,fsdp --timeout 60
+    step suite 240 $PY -m pytest -m gpu tests -v -rs -p no:cacheprovider --durations=15
+    step overhead 70 $PY bench/overhead.py --sections ddp --reps 3
+    step strategies 70 $PY bench/strategies.py --hidden 64 --layers 2 --steps 2 --warmup 1 --batch 2 --configs ddp,fsdp --timeout 60
     echo "logs in $LOG; exit code $status (a rehearsal on CPU: DISTRIB_TEST_DEVICE=cpu)" | tee -a "$LOG/summary.txt"
     exit $status
 fi
-step suite 255 $PY -m pytest -m gpu tests -v -rs -p no:cacheprovider --durations=15
-step overhead 75 $PY bench/overhead.py --device cuda --reps 3
+step suite 240 $PY -m pytest -m gpu tests -v -rs -p no:cacheprovider --durations=15
+step overhead 70 $PY bench/overhead.py --device cuda --reps 3
 if [ "$NGPU" -ge 2 ]; then
-    step strategies 75 $PY bench/strategies.py --device cuda --configs ddp,fsdp --steps 10 --timeout 60
+    step strategies 70 $PY bench/strategies.py --device cuda --configs ddp,fsdp --steps 10 --timeout 60
 else
     echo "== strategies: skipped, it needs two GPUs ($NGPU visible)" | tee -a "$LOG/summary.txt"
 fi
