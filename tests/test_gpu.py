@@ -42,8 +42,8 @@ ONE = ['world_of_one', 'world_of_one_equals_plain', 'fp16_skipped_step_counted',
 ONE_CUDA = ['checkpoint_gpu_cpu_gpu', 'parallel_ctx_one_gpu']
 TWO = ['default_backend', 'two_group_timeouts', 'two_equals_one_process', 'comm_hook_none', 'comm_hook_fp16',
        'comm_hook_bf16', 'comm_hook_powersgd', 'mixed_precision_ddp', 'checkpoint_ddp', 'get_preds_accum_metric',
-       'fsdp']
-TWO_CUDA = ['two_compile', 'sync_bn', 'fsdp_cpu_offload', 'fsdp_offload_mixed_precision', 'dataparallel_two_gpus']
+       'fsdp', 'two_compile']
+TWO_CUDA = ['sync_bn', 'fsdp_cpu_offload', 'fsdp_offload_mixed_precision', 'dataparallel_two_gpus']
 
 @pytest.mark.parametrize('name', ONE)
 def test_one_process(one, name): _check(one, name)
