@@ -147,7 +147,7 @@ def _finish_sum(started:tuple, device:torch.device)->torch.Tensor:
     host). The wait is a distrib collective (`doing`): a rank stuck in it is shown waiting for the others, and under
     NCCL the watchdog follows it while it is queued on the GPU (no store call: issue 30)"""
     work, buf = started
-    with doing('collective', "the all_reduce of the step's item count"): work.wait()
+    with doing('collective', "the all_reduce of the step's item count", device=buf.device): work.wait()
     return buf.to(device)
 
 def _dataset_targets(dl)->torch.Tensor|None:
@@ -170,7 +170,7 @@ def _agree(facts:list)->bool:
     """Whether every rank of the default group has the same `facts` (ints): one all-reduce (MAX) of the facts and
     their negatives, on `comm_device()` (the CPU under distrib's default backend)"""
     t = torch.tensor([*facts, *(-f for f in facts)], dtype=torch.int64, device=comm_device())
-    with doing('collective', "ItemMean's check that the ranks' batches and targets agree"):
+    with doing('collective', "ItemMean's check that the ranks' batches and targets agree", device=t.device):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
     k = len(facts)
     return torch.equal(t[:k], -t[k:])

@@ -43,7 +43,7 @@ def _all_reduce_grads(params, group=None):
     for ps in kinds.values():
         flat = torch.cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in ps]
                          + [_has_grad(ps)])
-        with doing('collective', "GradientAccumulation's all_reduce of gradients (forced_sync)"):
+        with doing('collective', "GradientAccumulation's all_reduce of gradients (forced_sync)", device=flat.device):
             dist.all_reduce(flat, group=group)
         flat /= ws
         missing = any(p.grad is None for p in ps)

@@ -74,7 +74,7 @@ class _Waiter:
         return self
     def _run(self, keys:list):
         try: self.conn.wait(keys, datetime.timedelta(seconds=LONG_WAIT))
-        except Exception as e: self.error = e
+        except Exception as e: self.error = e  # handed to the main thread, which raises it (or waits again)
         finally: self.done.set()
     def close(self):
         "Keep the clone for the next wait, unless this one is still blocked in it (abandoned: it is left there)"
