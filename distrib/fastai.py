@@ -9,6 +9,7 @@ from copy import copy
 from contextlib import contextmanager
 from operator import attrgetter
 import torch
+import torch.distributed as dist
 from fastcore.basics import patch_to
 try:
     from fastai.learner import Learner, AvgLoss, AvgSmoothLoss, ValueMetric, SkipToEpoch
@@ -135,10 +136,10 @@ class LoopWatch:
     `model`) for fastai's `Learner`, and agrees each cancel with the other ranks. `first=True`: ordered before every
     callback, it records the event, counts levels from `before_fit`, and runs `agree_cancel` at `after_cancel_*`
     (raises `RanksDivergedError` naming the rank that cancelled alone); `first=False`: after every callback, it names
-    the body that follows a `before_*` event."""
+    the body that follows a `before_*` event, and calls `at_end()` at `after_fit`."""
     run, run_train, run_valid, local_only, learn = True, True, True, False, None
-    def __init__(self, first:bool=True, partner=None):
-        self.first, self.order, self.partner = first, (-10**6 if first else 10**6), partner
+    def __init__(self, first:bool=True, partner=None, at_end=None):
+        self.first, self.order, self.partner, self.at_end = first, (-10**6 if first else 10**6), partner, at_end
         self.event, self.level = 'after_create', 0
     @property
     def name(self)->str: return 'loop_watch' if self.first else 'loop_watch_body'
@@ -147,6 +148,7 @@ class LoopWatch:
     def __call__(self, event:str):
         if not self.first:
             if event in _BODIES: self.partner.event = _BODIES[event]
+            elif event == 'after_fit' and self.at_end is not None: self.at_end()
             return
         self.event = event
         if event == 'before_fit': self.level = 0
@@ -228,7 +230,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
         check_loop(self.learn)
         check_metrics(self.learn.metrics)
         self.watch = LoopWatch(first=True)
-        self.watch_body = LoopWatch(first=False, partner=self.watch)
+        self.watch_body = LoopWatch(first=False, partner=self.watch, at_end=self.after_all_fit)
         super().wrap()
         self.learn.add_cbs([self.watch, self.watch_body])
         self.splitter = self.learn.splitter   # fastai's create_opt splits the model it holds: the plain module
@@ -266,7 +268,14 @@ class DistributedTrainer(ddp.DistributedTrainer):
         for cb, n in self.acc: cb.n_acc = n
         self.acc = []
         super().after_fit()
-        if any(isinstance(cb, LRFinder) for cb in self.learn.cbs): self._from_rank0()
+
+    def after_all_fit(self):
+        """After every callback's `after_fit`: after fastai's `LRFinder`, which restored the weights from a file only
+        rank 0 wrote (in fastai's `load`, whose barrier only rank 0 entered), every rank joins that barrier and takes
+        rank 0's model and optimizer state"""
+        if not any(isinstance(cb, LRFinder) for cb in self.learn.cbs): return
+        if self.world.rank > 0: dist.barrier()   # the one of fastai's `load` (`distrib_barrier`) on rank 0
+        self._from_rank0()
 
     def _from_rank0(self):
         "Every rank takes rank 0's model and optimizer state (one broadcast of each)"
