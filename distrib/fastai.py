@@ -26,6 +26,7 @@ except ImportError as e:
 from .runtime.world import current_world
 from .runtime.group import rank0_first, setup_distrib, teardown_distrib, group_timeout
 from .runtime.waits import agree_cancel
+from .runtime.position import doing
 from .runtime.collectives import all_reduce_sum, gather_in_order, broadcast_object
 from .data import shard_idxs
 from .loop import check_loop, is_sharded
@@ -123,6 +124,7 @@ class ShardedDL(TfmdDL):
 
 # %% ../nbs/44_fastai.ipynb #f5c8aa06
 _ALIKE = (GradientAccumulation, SkipToEpoch)   # callbacks whose Cancel*Exceptions every rank raises alike
+_GATHER = "fastai's all_gather of the smoothed loss (AvgSmoothLoss, in the Recorder's after_batch)"
 _BODIES = {'before_batch': 'batch', 'before_backward': 'backward', 'before_step': 'step', 'after_batch': 'fetch'}
 
 def _raised_by(e:BaseException):
@@ -140,22 +142,31 @@ class LoopWatch:
     run, run_train, run_valid, local_only, learn = True, True, True, False, None
     def __init__(self, first:bool=True, partner=None, at_end=None):
         self.first, self.order, self.partner, self.at_end = first, (-10**6 if first else 10**6), partner, at_end
-        self.event, self.level = 'after_create', 0
+        self.event, self.level, self.gather = 'after_create', 0, None
     @property
     def name(self)->str: return 'loop_watch' if self.first else 'loop_watch_body'
     @property
     def model(self): return self.learn.model
     def __call__(self, event:str):
         if not self.first:
+            if event == 'after_batch': self.partner.gathered()
             if event in _BODIES: self.partner.event = _BODIES[event]
             elif event == 'after_fit' and self.at_end is not None: self.at_end()
             return
+        if self.gather is not None: self.gathered()
         self.event = event
+        if event == 'after_batch' and getattr(self.learn, 'training', False):
+            self.gather = doing('collective', _GATHER)   # fastai's Recorder gathers the smoothed loss in after_batch
+            self.gather.__enter__()
         if event == 'before_fit': self.level = 0
         if event.startswith('before_'): self.level += 1
         elif event.startswith('after_cancel_'):
             e = sys.exc_info()[1]
             if e is not None and not isinstance(_raised_by(e), _ALIKE): agree_cancel(e, group_timeout())
+    def gathered(self):
+        "The callbacks' `after_batch`, and fastai's gather of the smoothed loss in it, are over"
+        if self.gather is not None: self.gather.__exit__(None, None, None)
+        self.gather = None
     def loop_position(self)->dict:
         "The loop protocol's position of fastai's Learner (`distrib.loop`)"
         l = self.learn
