@@ -4,13 +4,15 @@
 
 # %% ../nbs/44_fastai.ipynb #9a9504aa
 from __future__ import annotations
-import math, sys
+import math, os, pickle, sys
 from copy import copy
 from contextlib import contextmanager
 from operator import attrgetter
 import torch
 import torch.distributed as dist
 from fastcore.basics import patch_to
+from fastcore.foundation import L
+from fastcore.xtras import join_path_file
 try:
     from fastai.learner import Learner, AvgLoss, AvgSmoothLoss, ValueMetric, SkipToEpoch
     from fastai.metrics import AvgMetric, AccumMetric
@@ -21,6 +23,7 @@ try:
     from fastai.data.core import TfmdDL
     from fastai.data.load import _FakeLoader   # fastai's own DistributedDL builds its loader on it too
     from fastai.torch_core import to_detach, apply
+
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
 from .runtime.world import current_world
@@ -32,6 +35,7 @@ from .data import shard_idxs
 from .loop import check_loop, is_sharded
 from .learner import Learner as DistribLearner
 from .model import model_device, unwrap_model
+from .files import save_file, on_rank0
 from .strategies import ddp, dp
 import distrib.strategies.context  # noqa: its distrib_ctx, on distrib's Learner, is the one fastai's gets
 
@@ -258,6 +262,19 @@ class DistributedTrainer(ddp.DistributedTrainer):
         self.learn.remove_cbs([self.watch, self.watch_body])
         self.learn.splitter = self.splitter
 
+    @contextmanager
+    def plain(self):
+        """Context manager: the Learner as it is without distrib (its model, loaders, splitter and callbacks), for
+        fastai's `export` to pickle"""
+        l, ours = self.learn, (self, self.watch, self.watch_body)
+        saved = dict(model=l.model, dls=l.dls, splitter=l.splitter, cbs=l.cbs, world=getattr(l, 'world', None))
+        hidden = {cb.name: l.__dict__.pop(cb.name) for cb in ours if cb.name in l.__dict__}
+        l.model, l.dls, l.splitter, l.world = self.inner, self.dls, self.splitter, None
+        l.cbs = L(cb for cb in l.cbs if not any(cb is o for o in ours))
+        try: yield l
+        finally:
+            for k, v in {**saved, **hidden}.items(): setattr(l, k, v)
+
     def _trainable(self)->tuple: return tuple(p.requires_grad for p in self.inner.parameters())
     def _quiet(self):
         if self.world.rank > 0:
@@ -358,7 +375,43 @@ def distrib_ctx(self:Learner, device=None, sync_bn:bool=False, backend:str|None=
     return DistribLearner.distrib_ctx(self, device, sync_bn, backend, timeout, comm_hook, comm_hook_state, strategy,
                                       compile, stall_timeout, **kwargs)
 
-# %% ../nbs/44_fastai.ipynb #91c7eeff
+# %% ../nbs/44_fastai.ipynb #3b2d473c
+_fastai_save, _fastai_export = Learner.save, Learner.export
+
+def _trainer_of(learn):
+    "The distrib.fastai `DistributedTrainer` attached to `learn`, None if none"
+    return next((cb for cb in learn.cbs if isinstance(cb, DistributedTrainer)), None)
+
+@patch_to(Learner)
+def save(self:Learner, file, with_opt:bool=True, pickle_protocol:int=2):
+    """fastai's `save` (`path/model_dir/file.pth`, the model's state, with the optimizer's when `with_opt`); under
+    `distrib_ctx`, written once on rank 0, atomically, every rank returning once it is complete. Returns the path.
+    Raises `OSError` naming the file when the write fails (the previous file unchanged)."""
+    if _trainer_of(self) is None: return _fastai_save(self, file, with_opt=with_opt, pickle_protocol=pickle_protocol)
+    path = join_path_file(file, self.path/self.model_dir, ext='.pth')
+    def write():
+        state = unwrap_model(self.model).state_dict()
+        if with_opt and getattr(self, 'opt', None) is not None: state = {'model': state, 'opt': self.opt.state_dict()}
+        save_file(state, path)
+    on_rank0(write, f"Learner.save of {path.name}")   # the name alone: fastai's LRFinder saves in a folder per rank
+    return path
+
+@patch_to(Learner)
+def export(self:Learner, fname='export.pkl', pickle_module=pickle, pickle_protocol:int=2):
+    """fastai's `export` (the Learner pickled to `path/fname`, without its data); under `distrib_ctx`, the Learner
+    as it is without distrib, written once on rank 0, atomically, every rank returning once it is complete"""
+    t = _trainer_of(self)
+    if t is None: return _fastai_export(self, fname, pickle_module, pickle_protocol)
+    target, tmp = self.path/fname, f'{fname}.tmp-{os.getpid()}'
+    def write():
+        with t.plain():
+            try:
+                _fastai_export(self, tmp, pickle_module, pickle_protocol)
+                os.replace(self.path/tmp, target)
+            finally: (self.path/tmp).unlink(missing_ok=True)
+    on_rank0(write, f"export {target}")
+
+# %% ../nbs/44_fastai.ipynb #bfaba72e
 class ParallelTrainer(dp.ParallelTrainer):
     "distrib's `ParallelTrainer` (`nn.DataParallel` in one process, `distrib.strategies.dp`) on fastai's `Learner`"
     run, run_train, run_valid = True, True, True
@@ -391,6 +444,6 @@ def parallel_ctx(self:Learner, device_ids:list|None=None):
     try: yield self
     finally: self.detach_parallel()
 
-# %% ../nbs/44_fastai.ipynb #96747c8d
+# %% ../nbs/44_fastai.ipynb #eab24f35
 __all__ = ['rank0_first', 'setup_distrib', 'teardown_distrib', 'DistributedTrainer', 'ParallelTrainer', 'ShardedDL',
            'LoopWatch', 'check_metrics', 'sync_metric', 'gather_preds']

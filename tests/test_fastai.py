@@ -10,6 +10,7 @@ from conftest import launch, report, SCRIPTS
 
 _spec = importlib.util.spec_from_file_location('fastai_job', SCRIPTS/'fastai_job.py')
 job = importlib.util.module_from_spec(_spec); _spec.loader.exec_module(job)
+sys.modules.setdefault('fastai_job', job)   # what the job's export pickled refers to it by that name
 
 EXACT = ['fit', 'sgd', 'one_cycle', 'flat_cos', 'fine_tune', 'bf16', 'grad_acc']
 _runs = {}
@@ -55,17 +56,28 @@ def test_as_one_process_3(name, tmp_path_factory):
 
 def test_lr_find(tmp_path_factory):
     "lr_find's curve and suggestion as one process's; every rank has the weights put back"
-    ours, ref = ran(2, ('lr_find', 'mixup'), tmp_path_factory)['lr_find'], job.run_case('lr_find', 2*job.B)
+    ours, ref = ran(2, ('lr_find', 'mixup', 'save'), tmp_path_factory)['lr_find'], job.run_case('lr_find', 2*job.B)
     rel = abs(ours['valley'] - ref['valley'])/ref['valley']
     print(f"\nlr_find: valley rel {rel:.1e}, losses {diff(ours['losses'], ref['losses']):.1e}, "
           f"weights {diff(ours['weights'], ref['weights']):.1e}")
     assert rel <= 1e-5 and diff(ours['lrs'], ref['lrs']) <= 1e-12 and diff(ours['losses'], ref['losses']) <= 1e-6
     assert diff(ours['weights'], ref['weights']) <= 1e-6 and ours['rank_spread'] == 0
 
+def test_save_and_export_once_on_rank0(tmp_path_factory):
+    """SaveModelCallback, learn.save and learn.export under distrib_ctx: the files once (no temporary left), and the
+    export is the plain Learner, which load_learner opens in this process (no process group) with the trained weights"""
+    from fastai.learner import load_learner
+    ours = ran(2, ('lr_find', 'mixup', 'save'), tmp_path_factory)['save']
+    assert ours['files'] == ['export.pkl', 'models', 'models/final.pth', 'models/model.pth'], ours['files']
+    learn = load_learner(ours['export'])
+    assert type(learn.model) is torch.nn.Sequential
+    w = torch.cat([p.detach().flatten() for p in learn.model.parameters()]).tolist()
+    assert diff(w, ours['weights']) == 0
+
 def test_mixup_runs_in_step(tmp_path_factory):
     """MixUp trains, the ranks in step; each rank mixes within its own batch, so it is not one process's MixUp with
     the global batch (its pairs cross ranks): only finite and in step is asserted"""
-    ours = ran(2, ('lr_find', 'mixup'), tmp_path_factory)['mixup']
+    ours = ran(2, ('lr_find', 'mixup', 'save'), tmp_path_factory)['mixup']
     assert ours['rank_spread'] == 0 and all(map(lambda v: v == v, ours['weights']))
 
 @pytest.mark.parametrize('nproc', [2, 3])

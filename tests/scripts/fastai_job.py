@@ -20,16 +20,20 @@ from fastai.callback.schedule import *  # noqa: fit_one_cycle, fit_flat_cos, fin
 
 B, N_TRAIN, N_VALID, N_IN, N_OUT = 8, 96, 37, 8, 3
 
+_g = torch.Generator().manual_seed(0)
+X = torch.randn(N_TRAIN + N_VALID, N_IN, generator=_g)
+Y = (X[:, :3].sum(1) > 0).long() + (X[:, 3] > 1).long()
+def get_x(i): return X[i]
+def get_y(i): return Y[i]
+
 def data(bs:int):
     "fastai DataLoaders of a fixed synthetic 3-class problem: the training loader in order, with drop_last"
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(N_TRAIN + N_VALID, N_IN, generator=g)
-    y = (x[:, :3].sum(1) > 0).long() + (x[:, 3] > 1).long()
-    dss = [Datasets(list(range(a, b)), tfms=[[lambda i: x[i]], [lambda i: y[i]]])
-           for a, b in ((0, N_TRAIN), (N_TRAIN, N_TRAIN + N_VALID))]
+    dss = [Datasets(list(range(a, b)), tfms=[[get_x], [get_y]]) for a, b in ((0, N_TRAIN), (N_TRAIN, N_TRAIN + N_VALID))]
     return DataLoaders(TfmdDL(dss[0], bs=bs, shuffle=False, drop_last=True), TfmdDL(dss[1], bs=bs, shuffle=False))
 
 def _mean_acc(p, t): return (p.argmax(-1) == t).float().mean()
+
+def splitter(m): return [list(m[0].parameters()), list(m[2].parameters())]
 
 def learner(bs:int, opt:str='adam')->Learner:
     "The same model (seeded), loss, metrics and optimizer on every rank and in the reference"
@@ -39,7 +43,7 @@ def learner(bs:int, opt:str='adam')->Learner:
     learn = Learner(data(bs), model, loss_func=CrossEntropyLossFlat(),
                     metrics=[accuracy, error_rate, partial(top_k_accuracy, k=2), F1Score(average='macro'),
                              AccumMetric(_mean_acc, flatten=False)],
-                    splitter=lambda m: [list(m[0].parameters()), list(m[2].parameters())], **kw)
+                    splitter=splitter, **kw)
     learn.remove_cb(learn.progress)
     return learn
 
@@ -68,10 +72,20 @@ def run_case(name:str, bs:int)->dict:
         elif name == 'lr_find':
             r = learn.lr_find(num_it=20, show_plot=False)
             out['valley'], out['lrs'], out['losses'] = r.valley, learn.recorder.lrs, [float(l) for l in learn.recorder.losses]
+        elif name == 'save':   # SaveModelCallback, save and export under distrib_ctx: rank 0 writes, atomically
+            import tempfile
+            from pathlib import Path
+            from fastai.callback.tracker import SaveModelCallback
+            from distrib.runtime.collectives import broadcast_object
+            learn.path = Path(broadcast_object(tempfile.mkdtemp() if _rank() == 0 else None))
+            learn.fit(2, 1e-2, cbs=SaveModelCallback())
+            learn.save('final'); learn.export('export.pkl')
+            out['files'] = sorted(str(p.relative_to(learn.path)) for p in learn.path.rglob('*'))
+            out['export'] = str(learn.path/'export.pkl')
         elif name in ('cancel_one', 'cancel_all'):
             learn.fit(2, 1e-2, cbs=CancelOn(1 if name == 'cancel_one' else None))
         if name != 'lr_find': out['values'] = [[float(v) for v in row] for row in learn.recorder.values]
-        if name not in ('lr_find', 'mixup'):
+        if name not in ('lr_find', 'mixup', 'save'):
             preds, targs, losses = learn.get_preds(with_loss=True)
             out['preds'], out['targs'], out['losses'] = preds.tolist(), targs.tolist(), losses.tolist()
             out['validate'] = [float(v) for v in learn.validate()]
@@ -82,6 +96,10 @@ class _null:
     def __enter__(self): return self
     def __exit__(self, *a): return False
 
+def _rank()->int:
+    import os
+    return int(os.environ.get('RANK', 0))
+
 def _world()->int:
     import os
     return int(os.environ.get('WORLD_SIZE', 1))
@@ -89,9 +107,10 @@ def _world()->int:
 if __name__ == '__main__':
     from distrib.fastai import *  # noqa: the one-line change: was `from fastai.distributed import *`
     from distrib.runtime.collectives import all_reduce_sum
+    import fastai_job   # noqa: the cases as that module's, so that what export pickles names it, not __main__
     path, names, res = sys.argv[1], sys.argv[2:], {}
     for name in names:
-        res[name] = run_case(name, B)
+        res[name] = fastai_job.run_case(name, B)
         w = torch.tensor(res[name]['weights'], dtype=torch.float64)   # every rank holds the same weights
         spread = (all_reduce_sum(w) / _world() - w).abs().max().item()
         res[name]['rank_spread'] = all_reduce_sum(torch.tensor(spread, dtype=torch.float64)).item()
