@@ -27,7 +27,7 @@ try:
         learn.fit(2, 1e-2, cbs=[job.CancelOn(1)] if {cancel} else None)
         out['values'] = [[float(v) for v in r] for r in learn.recorder.values]
         try:
-            p, t = learn.get_preds(); out['n_preds'] = len(t)
+            p, t = learn.get_preds(); out['targs'] = t.tolist()
         except Exception as e: out['get_preds'] = f"{{type(e).__name__}}: {{e}}"
 finally: pass
 out['weights'] = torch.cat([p.detach().flatten() for p in learn.model.parameters()]).tolist()
@@ -62,11 +62,13 @@ if __name__ == '__main__':
         acc = [v[2] for v in res['values']]
         print(f"{name}: weights vs 1 process x 16: {diff(res['weights'], ref['weights']):.1e}; valid values: "
               f"{diff(res['values'], ref['values']):.1e} (accuracy {acc[-1]:.4f}, 1 process {ref['values'][-1][2]:.4f}); "
-              f"get_preds: {res.get('get_preds') or str(res.get('n_preds', len(res.get('targs', [])))) + ' items'} "
-              f"of {job.N_VALID}")
+              f"get_preds: {res.get('get_preds') or str(len(res['targs'])) + ' items'} of {job.N_VALID}, targets "
+              f"{'in' if res.get('targs') == ref['targs'] else 'NOT in'} dataset order")
     secs, rc, out = launch(RUN_FASTAI.format(scripts=str(ROOT/'tests'/'scripts'), cancel=True, path=f'{d}/x.json'), 120)
+    err = [l for l in out.splitlines() if 'Error' in l][-1:] or ['']
     print(f"fastai.distributed, CancelFitException on rank 1: "
-          + (f"still running after {secs:.0f} s (killed)" if rc is None else f"ended in {secs:.0f} s, exit code {rc}"))
+          + (f"still running after {secs:.0f} s (killed)" if rc is None else f"ended in {secs:.0f} s, exit code {rc}")
+          + f"; last error line: {err[0].strip()[:200]}")
     t0 = time.time()
     r = subprocess.run([sys.executable, '-m', 'distrib.launch', '--nproc_per_node', '2',
                         ROOT/'tests'/'scripts'/'fastai_job.py', '/dev/null', 'cancel_one'], capture_output=True,

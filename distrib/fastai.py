@@ -42,7 +42,7 @@ import distrib.strategies.context  # noqa: its distrib_ctx, on distrib's Learner
 # %% auto #0
 __all__ = ['ShardedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'gather_preds', 'DistributedTrainer', 'ParallelTrainer']
 
-# %% ../nbs/44_fastai.ipynb #3994db64
+# %% ../nbs/44_fastai.ipynb #ca012a1a
 class ShardedDL(TfmdDL):
     """This rank's shard of fastai `DataLoader` `dl`, by `distrib.data.shard_idxs`'s rule (positions
     `rank::world_size` of the epoch's order, padded by wrapping around), with `dl`'s transforms.
@@ -126,7 +126,7 @@ class ShardedDL(TfmdDL):
         return ShardedDL(self.dl.new(dataset, cls, shuffle=False, **kwargs), self.rank, self.world_size, pad=False,
                          seed=self.seed, shuffle=shuffle)
 
-# %% ../nbs/44_fastai.ipynb #f5c8aa06
+# %% ../nbs/44_fastai.ipynb #8ac5b21a
 _ALIKE = (GradientAccumulation, SkipToEpoch)   # callbacks whose Cancel*Exceptions every rank raises alike
 _GATHER = "fastai's all_gather of the smoothed loss (AvgSmoothLoss, in the Recorder's after_batch)"
 _BODIES = {'before_batch': 'batch', 'before_backward': 'backward', 'before_step': 'step', 'after_batch': 'fetch'}
@@ -179,7 +179,7 @@ class LoopWatch:
                     training=getattr(l, 'training', False), level=self.level, start_epoch=skip[0] if skip else 0)
     def __repr__(self): return f"LoopWatch(first={self.first})"
 
-# %% ../nbs/44_fastai.ipynb #9dad174a
+# %% ../nbs/44_fastai.ipynb #5b055829
 def check_metrics(metrics):
     "Raise `ValueError` naming the first metric of `metrics` whose value distrib cannot combine over ranks exactly"
     for m in metrics:
@@ -224,7 +224,7 @@ def gather_preds(cb:GatherPredsCallback, dl):
         v = getattr(cb, a, None)
         if v is not None and not isinstance(v, list): setattr(cb, a, apply(lambda t: _rows(t, pos, 'get_preds'), v))
 
-# %% ../nbs/44_fastai.ipynb #8a8a9a2e
+# %% ../nbs/44_fastai.ipynb #e3591970
 class DistributedTrainer(ddp.DistributedTrainer):
     """distrib's `DistributedTrainer` (`distrib.strategies.ddp`, same arguments) on fastai's `Learner`: attach it
     with `learn.to_distributed()` or `learn.distrib_ctx()`. Raises what distrib's raises, and `ValueError` before a
@@ -335,7 +335,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
                 if isinstance(cb, GatherPredsCallback): gather_preds(cb, dl)
         super().after_validate()
 
-# %% ../nbs/44_fastai.ipynb #3c4d7d83
+# %% ../nbs/44_fastai.ipynb #83678d65
 @patch_to(Learner)
 def to_distributed(self:Learner, device=None, sync_bn:bool=False, comm_hook:str|None=None, comm_hook_state=None,
                    strategy:str='ddp', compile:bool|dict|None=None, **kwargs)->Learner:
@@ -375,7 +375,7 @@ def distrib_ctx(self:Learner, device=None, sync_bn:bool=False, backend:str|None=
     return DistribLearner.distrib_ctx(self, device, sync_bn, backend, timeout, comm_hook, comm_hook_state, strategy,
                                       compile, stall_timeout, **kwargs)
 
-# %% ../nbs/44_fastai.ipynb #3b2d473c
+# %% ../nbs/44_fastai.ipynb #9dfc436c
 _fastai_save, _fastai_export = Learner.save, Learner.export
 
 def _trainer_of(learn):
@@ -411,7 +411,7 @@ def export(self:Learner, fname='export.pkl', pickle_module=pickle, pickle_protoc
             finally: (self.path/tmp).unlink(missing_ok=True)
     on_rank0(write, f"export {target}")
 
-# %% ../nbs/44_fastai.ipynb #bfaba72e
+# %% ../nbs/44_fastai.ipynb #8f151c7d
 class ParallelTrainer(dp.ParallelTrainer):
     "distrib's `ParallelTrainer` (`nn.DataParallel` in one process, `distrib.strategies.dp`) on fastai's `Learner`"
     run, run_train, run_valid = True, True, True
@@ -444,6 +444,6 @@ def parallel_ctx(self:Learner, device_ids:list|None=None):
     try: yield self
     finally: self.detach_parallel()
 
-# %% ../nbs/44_fastai.ipynb #eab24f35
+# %% ../nbs/44_fastai.ipynb #758019dd
 __all__ = ['rank0_first', 'setup_distrib', 'teardown_distrib', 'DistributedTrainer', 'ParallelTrainer', 'ShardedDL',
            'LoopWatch', 'check_metrics', 'sync_metric', 'gather_preds']
