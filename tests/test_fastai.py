@@ -3,7 +3,7 @@
 test runs the same case with fastai alone, in this process, with the global batch W*B, and compares weights
 (<= 1e-5), what fastai reports (`recorder.values`, `validate`, <= 1e-6) and `get_preds` (every validation item once,
 in order). Skipped where fastai is not installed: .ci/run makes a virtual environment with it (.venv-fastai)."""
-import importlib.util, json, re, sys, time
+import importlib.util, json, re, subprocess, sys, time
 import pytest, torch
 pytest.importorskip('fastai', reason="fastai is not installed (pip install -e '.[fastai]')")
 from conftest import launch, report, SCRIPTS
@@ -97,3 +97,21 @@ def test_cancel_on_every_rank_ends_the_fit():
     "CancelFitException on every rank at the same point: the fit ends on every rank, the job goes on"
     r = launch(SCRIPTS/'fastai_job.py', '/dev/null', 'cancel_all', nproc=2, timeout=180)
     assert r.returncode == 0 and (r.stdout + r.stderr).count('CASE cancel_all done') == 2, r.stderr[-4000:]
+
+def test_torchrun(tmp_path):
+    "The same script launched by torchrun in place of distrib.launch trains as one process with the global batch"
+    out = tmp_path/'out.json'
+    r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
+                        SCRIPTS/'fastai_job.py', out, 'one_cycle'], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-4000:]
+    d = compare('one_cycle', json.loads(out.read_text())['one_cycle'], 2)
+    assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
+
+def test_notebook_launch():
+    "From a notebook: notebook_launch runs the case on 2 processes, as one process with the global batch"
+    import distrib.fastai  # noqa: fastai's Learner gets distrib_ctx (the reference below is not under it)
+    from distrib.launch.notebook import notebook_launch
+    ours = notebook_launch(job.run_case, 'one_cycle', job.B, nprocs=2, timeout=150)
+    ours['rank_spread'] = 0   # one rank's return value: the others' weights are checked by the launched tests
+    d = compare('one_cycle', ours, 2)
+    assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
