@@ -40,7 +40,8 @@ from .strategies import ddp, dp
 import distrib.strategies.context  # noqa: its distrib_ctx, on distrib's Learner, is the one fastai's gets
 
 # %% auto #0
-__all__ = ['ShardedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'gather_preds', 'DistributedTrainer', 'ParallelTrainer']
+__all__ = ['ShardedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'gather_preds', 'DistributedTrainer', 'ParallelTrainer',
+           'rank0_first', 'setup_distrib', 'teardown_distrib']
 
 # %% ../nbs/44_fastai.ipynb #ca012a1a
 class ShardedDL(TfmdDL):
@@ -444,6 +445,5 @@ def parallel_ctx(self:Learner, device_ids:list|None=None):
     try: yield self
     finally: self.detach_parallel()
 
-# %% ../nbs/44_fastai.ipynb #758019dd
-__all__ = ['rank0_first', 'setup_distrib', 'teardown_distrib', 'DistributedTrainer', 'ParallelTrainer', 'ShardedDL',
-           'LoopWatch', 'check_metrics', 'sync_metric', 'gather_preds']
+# %% ../nbs/44_fastai.ipynb #5e7c28fb
+_all_ = ['rank0_first', 'setup_distrib', 'teardown_distrib']   # distrib's, under fastai.distributed's names
