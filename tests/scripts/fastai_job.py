@@ -29,7 +29,8 @@ def get_y(i): return Y[i]
 def data(bs:int):
     "fastai DataLoaders of a fixed synthetic 3-class problem: the training loader in order, with drop_last"
     dss = [Datasets(list(range(a, b)), tfms=[[get_x], [get_y]]) for a, b in ((0, N_TRAIN), (N_TRAIN, N_TRAIN + N_VALID))]
-    return DataLoaders(TfmdDL(dss[0], bs=bs, shuffle=False, drop_last=True), TfmdDL(dss[1], bs=bs, shuffle=False))
+    kw = dict(shuffle=False, num_workers=0)   # fastai's default forks a worker per CPU at each pass: 0.7 s per epoch
+    return DataLoaders(TfmdDL(dss[0], bs=bs, drop_last=True, **kw), TfmdDL(dss[1], bs=bs, **kw))
 
 def _mean_acc(p, t): return (p.argmax(-1) == t).float().mean()
 
@@ -82,10 +83,13 @@ def run_case(name:str, bs:int)->dict:
             learn.save('final'); learn.export('export.pkl')
             out['files'] = sorted(str(p.relative_to(learn.path)) for p in learn.path.rglob('*'))
             out['export'] = str(learn.path/'export.pkl')
+        elif name == 'timing':   # seconds per training step, over 20 epochs (bench/fastai_distributed.py)
+            learn.fit(1, 1e-2); t0 = time.perf_counter(); learn.fit(20, 1e-2)
+            out['step_ms'] = (time.perf_counter() - t0) * 1000 / (20 * len(learn.dls.train))
         elif name in ('cancel_one', 'cancel_all'):
             learn.fit(2, 1e-2, cbs=CancelOn(1 if name == 'cancel_one' else None))
         if name != 'lr_find': out['values'] = [[float(v) for v in row] for row in learn.recorder.values]
-        if name not in ('lr_find', 'mixup', 'save'):
+        if name not in ('lr_find', 'mixup', 'save', 'timing'):
             preds, targs, losses = learn.get_preds(with_loss=True)
             out['preds'], out['targs'], out['losses'] = preds.tolist(), targs.tolist(), losses.tolist()
             out['validate'] = [float(v) for v in learn.validate()]
