@@ -41,7 +41,7 @@ def launch(code:str, timeout:float)->tuple:
     "Run `code` on 2 processes under torchrun; (seconds, return code or None after `timeout`, output tail)"
     with tempfile.NamedTemporaryFile('w', suffix='.py', delete=False) as f: f.write(code)
     t0 = time.time()
-    p = subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', f.name],
+    p = subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', f.name],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try: out, rc = p.communicate(timeout=timeout)[0], p.returncode
     except subprocess.TimeoutExpired:
@@ -64,7 +64,7 @@ if __name__ == '__main__':
           f"cost): fastai.distributed {fa['step_ms'] if fa else float('nan'):.2f}, distrib.fastai "
           f"{res['timing']['step_ms']:.2f}")
     for name, res in (('fastai.distributed', fa), ('distrib.fastai', di)):
-        if res is None: print(f"{name}: did not run: {out[-500:]}"); continue
+        if res is None: print(f"{name}: did not run (exit code {rc}): {out[-300:]}"); continue
         acc = [v[2] for v in res['values']]
         print(f"{name}: weights vs 1 process x 16: {diff(res['weights'], ref['weights']):.1e}; valid values: "
               f"{diff(res['values'], ref['values']):.1e} (accuracy {acc[-1]:.4f}, 1 process {ref['values'][-1][2]:.4f}); "
