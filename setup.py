@@ -47,7 +47,7 @@ setuptools.setup(
     include_package_data = True,
     install_requires = requirements,
     extras_require={'dev': dev_requirements,
-                    **{k: (cfg.get(f'{k}_requirements') or '').split() for k in ('tensorboard', 'plots', 'wandb', 'mlflow', 'docs')}},
+                    **{k: (cfg.get(f'{k}_requirements') or '').split() for k in ('tensorboard', 'plots', 'wandb', 'mlflow', 'docs', 'fastai')}},
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),

@@ -14,7 +14,8 @@ from .runtime.world import current_world
 from .runtime.group import group_timeout
 from .runtime.waits import agree_cancel
 from .runtime.collectives import gather_in_order
-from .data import DataLoaders, DistributedDL, IterableShards
+from .data import DataLoaders
+from .loop import is_sharded, start_batch_of
 from .callback.core import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
 from .metrics import Metric, AvgMetric
@@ -146,6 +147,12 @@ class Learner(LearnerSaving):
         self._event = event
         for h in self._handlers[event]: h()
 
+    def loop_position(self)->dict:
+        """Where the loop is, by the loop protocol (`distrib.loop`): `event`, `epoch`, `batch`, `training`, `level`
+        (the levels entered since `fit` began) and `start_epoch`"""
+        return dict(event=self._event, epoch=self.epoch, batch=self.iter, training=self.training, level=self._n_level,
+                    start_epoch=getattr(self, 'start_epoch', 0))
+
     def _with_events(self, f, name:str, ex):
         "`before_{name}`, `f()`, then `after_{name}`; `ex` raised in `before_{name}` or `f` runs `after_cancel_{name}`"
         before, cancel, after = _level_events[name]
@@ -214,7 +221,7 @@ class Learner(LearnerSaving):
         """Run every batch of `self.dl`, from its `start_batch` for a `DistributedDL` or `IterableShards` resumed
         mid-epoch; `n_iter` is its length, None for a loader without one (an IterableDataset's)"""
         self.n_iter, self._device = _n_batches(self.dl), model_device(self.model)
-        start = self.dl.start_batch if isinstance(self.dl, (DistributedDL, IterableShards)) else 0
+        start = start_batch_of(self.dl)
         for i, b in enumerate(self.dl, start): self.one_batch(i, b)
 
     def _do_epoch_train(self):
@@ -291,7 +298,7 @@ class Learner(LearnerSaving):
         with self.added_cbs(cb): self._do_epoch_validate(ds_idx, dl)
         preds = torch.cat(cb.preds) if cb.preds else torch.empty(0)
         targs = torch.cat(cb.targs) if cb.targs else torch.empty(0)
-        if isinstance(self.dl, (DistributedDL, IterableShards)):
+        if is_sharded(self.dl):
             idxs, many = self.dl.get_idxs(), self.dl.world_size > 1
             preds = gather_in_order(preds, idxs[:len(preds)], gather=many)
             targs = gather_in_order(targs, idxs[:len(targs)], gather=many)

@@ -12,7 +12,7 @@ PKG = Path(__file__).resolve().parent.parent/'distrib'
 LAYERS = [
     ('runtime', ['distrib.runtime']),
     ('data', ['distrib.data']),
-    ('loop', ['distrib.callback.core', 'distrib.losses', 'distrib.metrics', 'distrib.recorder', 'distrib.files',
+    ('loop', ['distrib.loop', 'distrib.callback.core', 'distrib.losses', 'distrib.metrics', 'distrib.recorder', 'distrib.files',
               'distrib.state', 'distrib.model', 'distrib.saving', 'distrib.learner']),
     ('callbacks', ['distrib.callback']),
     ('strategies', ['distrib.strategies']),

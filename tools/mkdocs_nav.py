@@ -5,7 +5,7 @@ the sections, so a new notebook gets its place without an edit here."""
 import re
 from pathlib import Path
 
-START = ['33_strategies.context', '19_learner', '11_data', '23_callback.checkpoint', '39_launch.cli',
+START = ['33_strategies.context', '44_fastai', '19_learner', '11_data', '23_callback.checkpoint', '39_launch.cli',
          '41_launch.notebook', '25_callback.lr_find', '14_recorder']   # what a training script calls
 LAYERS = [(0, 'Runtime'), (11, 'Data and the loop'), (20, 'Callbacks'), (31, 'Strategies'), (38, 'Launch'),
           (43, 'The public API')]   # (first notebook number, section)

@@ -181,7 +181,8 @@ def long_phase(name:str,                # the phase in words: 'downloading the d
     return _phase(name, seconds_or_none(timeout, 'long_phase(timeout={!r})', 'for no limit'))
 
 def track(learn):
-    "Report the position of `learn`'s loop in this rank's heartbeat (None: stop); `DistributedTrainer` calls it"
+    """Report the position of the loop `learn` in this rank's heartbeat (None: stop): any object with the loop
+    protocol's `loop_position()` and `model` (`distrib.loop`); `DistributedTrainer` calls it"""
     st = _STATE
     st.learn = learn
     if learn is not None: st.failed_at = st.left = st.left_error = None  # a new context: what one left is old news
@@ -200,8 +201,9 @@ def position()->dict:
     st = _STATE
     p, learn = {}, st.learn
     if learn is not None:
-        ev = learn._event
-        p.update(event=ev, epoch=learn.epoch, batch=learn.iter, training=learn.training, level=learn._n_level)
+        lp = learn.loop_position()   # the loop protocol (distrib.loop): distrib's Learner, fastai's through a callback
+        ev = lp['event']
+        p.update(event=ev, epoch=lp['epoch'], batch=lp['batch'], training=lp['training'], level=lp['level'])
         if ev == 'backward' and getattr(learn.model, 'require_backward_grad_sync', False): p['sync'] = True
     ops = st.ops
     if ops:

@@ -288,9 +288,10 @@ def examine(dog,        # rank 0's `_Watchdog`
     if odd: dog.end(PeerFailedError(f"rank 0 stops: {blame_text(odd)}", odd))
 
 def _first_step(learn)->bool:
-    "True while `learn` (a Learner or None) is in the first training step of its fit"
-    return (learn is not None and learn.training and learn.iter == 0
-            and learn.epoch == getattr(learn, 'start_epoch', 0))
+    "True while `learn` (a loop, by the protocol's `loop_position()`, or None) is in the first training step of its fit"
+    if learn is None: return False
+    p = learn.loop_position()
+    return p['training'] and p['batch'] == 0 and p['epoch'] == p['start_epoch']
 
 def _stall(dog, mine:dict, age:float):
     "Report (or, past `stall_timeout()`, end) this rank's stall: at `mine` for `age` s while a peer waits for it"

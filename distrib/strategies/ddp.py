@@ -17,6 +17,7 @@ from ..runtime.group import ensure_distrib, rank_device, group_backend
 from ..runtime.position import rank_state, track, doing, mark_queued
 from ..runtime.stalls import StepTimer, straggler_steps, straggler_ratio
 from ..data import DataLoaders, DistributedDL, IterableShards
+from ..loop import is_sharded
 from ..callback.core import Callback
 from ..model import model_device, move_model, is_compiled, unwrap_model
 from .preflight import preflight_check, check_models, check_loader
@@ -120,7 +121,7 @@ def _shard_loader(dl, i:int, world:World):
     itself if it is a `DistributedDL`; over an `IterableDataset` (which shards itself), `IterableShards(dl)`, with
     equal batch counts for training; else `DistributedDL.from_dl(dl)`, padded for training. Raises what `from_dl`
     raises, naming `dls[i]`."""
-    if isinstance(dl, (DistributedDL, IterableShards)): return dl
+    if is_sharded(dl): return dl
     if isinstance(getattr(dl, 'dataset', None), IterableDataset): return IterableShards(dl, equal=(i == 0))
     what = f"dls[{i}] (the {'training' if i == 0 else 'validation'} DataLoader)"
     return DistributedDL.from_dl(dl, rank=world.rank, world_size=world.world_size, pad=(i == 0), what=what)
@@ -173,7 +174,7 @@ class DistributedTrainer(Callback):
         learn = self.learn
         opts = self._compile_options(learn.model)
         inner = unwrap_model(learn.model)   # a model the user compiled is compiled again, after wrapping
-        dls = DataLoaders(*[_shard_loader(dl, i, world) for i, dl in enumerate(learn.dls.loaders)])  # may raise
+        dls = self.shard_dls(learn.dls, world)  # may raise
         model = self._wrap_model(inner, train_device(inner, self.device), opts)  # the Learner is unchanged if it raises
         if opts is not None:
             try: self.compiled = compile_forwards(self._compiled_modules(model), opts)
@@ -190,7 +191,16 @@ class DistributedTrainer(Callback):
             learn.logger = noop
             if self.progress is not None: self.progress.enabled = False
         self.in_fit = False
-        track(learn)
+        track(self.loop())
+
+    def loop(self):
+        "The object whose position the heartbeat reports (the loop protocol's `loop_position()`): the Learner"
+        return self.learn
+
+    def shard_dls(self, dls, world:World):
+        """The loaders the loop reads while attached, in place of `dls` (the loop protocol's `learn.dls`): distrib's
+        `DataLoaders` of each loader's shard (`_shard_loader`); `distrib.fastai` gives fastai's"""
+        return DataLoaders(*[_shard_loader(dl, i, world) for i, dl in enumerate(dls.loaders)])
 
     def _wrap_model(self, model:nn.Module, device:torch.device, compile_opts:dict|None)->nn.Module:
         "`model` on `device`, in a `DistributedModule` with its communication hook (and SyncBatchNorm)"

@@ -8,11 +8,10 @@ import hashlib, inspect, functools
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import RandomSampler
 from ..runtime.world import pg_initialized
 from ..runtime.position import doing
 from ..runtime.collectives import comm_device
-from ..data import DistributedDL
+from ..loop import loader_order, fit_epochs
 from ..learner import Learner
 from ..model import unwrap_model
 
@@ -46,10 +45,6 @@ def _describe_opt(opt)->str:
               f", {len(g['params'])} params}}" for g in opt.param_groups]
     return f"{type(opt).__qualname__} [{'; '.join(groups)}]"
 
-def _loader_order(dl)->tuple:
-    "What fixes the samples and their order in loader `dl`: (shuffle, seed, drop_last, pad)"
-    if isinstance(dl, DistributedDL): return (dl.shuffle, dl.seed, dl.drop_last, dl.pad)
-    return (isinstance(getattr(dl, 'sampler', None), RandomSampler), None, getattr(dl, 'drop_last', None), None)
 def _length(o)->int:
     "`len(o)`, or -1 for what has no length (an iterable dataset, its DataLoader)"
     try: return len(o)
@@ -63,7 +58,7 @@ def _preflight_fields(learn:Learner)->dict:
             'training batches per rank': _length(loaders[0]) if loaders else 0,
             'dataset length of each loader': [_length(dl.dataset) for dl in loaders],
             'batch size of each loader': [getattr(dl, 'batch_size', None) for dl in loaders],
-            '(shuffle, seed, drop_last, pad) of each loader': [_loader_order(dl) for dl in loaders],
+            '(shuffle, seed, drop_last, pad) of each loader': [loader_order(dl) for dl in loaders],
             'model parameter tensors': len(params),
             'model parameter elements': sum(p.numel() for p in params),
             'parameter dtypes': _runs([str(p.dtype).split('.')[-1] for p in params]),
@@ -71,7 +66,7 @@ def _preflight_fields(learn:Learner)->dict:
             'optimizer': _describe_opt(learn.opt),
             'callbacks': cbs,
             'metrics': [m.name for m in learn.metrics],
-            'epochs (start_epoch, n_epoch)': [learn.start_epoch, learn.n_epoch]}
+            'epochs (start_epoch, n_epoch)': list(fit_epochs(learn))}
 
 def _digest(fields:dict)->int:
     "A 62-bit digest (BLAKE2b) of `fields`' names and values: two ranks' are equal when their fields are (but 2**-62)"
@@ -139,6 +134,6 @@ def check_loader(dl):
     no-op without a process group. Every rank must call it: one all-reduce of two int64 per rank."""
     if not pg_initialized() or dist.get_world_size() == 1: return
     fields = {'dataset length': _length(dl.dataset), 'batch size': getattr(dl, 'batch_size', None),
-              '(shuffle, seed, drop_last, pad)': _loader_order(dl)}
+              '(shuffle, seed, drop_last, pad)': loader_order(dl)}
     _agree(fields, "the loader to evaluate, so the results would mix different data sets",
            "Give validate() and get_preds() the same data on every rank.")

@@ -1,0 +1,124 @@
+"""fastai's own Learner under distrib.fastai: `python -m distrib.launch --nproc_per_node W fastai_job.py OUT CASE...`
+runs each case on W processes with a per-rank batch of `B` and rank 0 writes what fastai reports to OUT (JSON);
+tests/test_fastai.py runs the same cases with fastai alone, in one process, with the global batch W*B, and compares.
+`cancel_one` (rank 1 alone raises CancelFitException) and `cancel_all` are cases too. Imported by the test for
+`run_case`, with fastai and no distrib context."""
+import json, sys, time
+from functools import partial
+import torch
+from torch import nn
+from fastai.learner import Learner
+from fastai.data.core import DataLoaders, Datasets, TfmdDL
+from fastai.losses import CrossEntropyLossFlat
+from fastai.metrics import accuracy, error_rate, top_k_accuracy, F1Score, AccumMetric
+from fastai.optimizer import OptimWrapper
+from fastai.callback.core import Callback, CancelFitException
+from fastai.callback.training import GradientAccumulation
+from fastai.callback.mixup import MixUp
+from fastai.callback.fp16 import MixedPrecision
+from fastai.callback.schedule import *  # noqa: fit_one_cycle, fit_flat_cos, fine_tune, lr_find on fastai's Learner
+
+B, N_TRAIN, N_VALID, N_IN, N_OUT = 8, 96, 37, 8, 3
+
+_g = torch.Generator().manual_seed(0)
+X = torch.randn(N_TRAIN + N_VALID, N_IN, generator=_g)
+Y = (X[:, :3].sum(1) > 0).long() + (X[:, 3] > 1).long()
+def get_x(i): return X[i]
+def get_y(i): return Y[i]
+
+def data(bs:int):
+    "fastai DataLoaders of a fixed synthetic 3-class problem: the training loader in order, with drop_last"
+    dss = [Datasets(list(range(a, b)), tfms=[[get_x], [get_y]]) for a, b in ((0, N_TRAIN), (N_TRAIN, N_TRAIN + N_VALID))]
+    kw = dict(shuffle=False, num_workers=0)   # fastai's default forks a worker per CPU at each pass: 0.7 s per epoch
+    return DataLoaders(TfmdDL(dss[0], bs=bs, drop_last=True, **kw), TfmdDL(dss[1], bs=bs, **kw))
+
+def _mean_acc(p, t): return (p.argmax(-1) == t).float().mean()
+
+def splitter(m): return [list(m[0].parameters()), list(m[2].parameters())]
+
+def learner(bs:int, opt:str='adam')->Learner:
+    "The same model (seeded), loss, metrics and optimizer on every rank and in the reference"
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(N_IN, 16), nn.ReLU(), nn.Linear(16, N_OUT))
+    kw = dict(opt_func=partial(OptimWrapper, opt=torch.optim.SGD)) if opt == 'sgd' else {}
+    learn = Learner(data(bs), model, loss_func=CrossEntropyLossFlat(),
+                    metrics=[accuracy, error_rate, partial(top_k_accuracy, k=2), F1Score(average='macro'),
+                             AccumMetric(_mean_acc, flatten=False)],
+                    splitter=splitter, **kw)
+    learn.remove_cb(learn.progress)
+    return learn
+
+class CancelOn(Callback):
+    "Raise CancelFitException at training batch 2 of epoch 0, on rank `rank` (None: every rank)"
+    def __init__(self, rank): self.rank = rank
+    def after_batch(self):
+        import os
+        if self.training and self.epoch == 0 and self.iter == 2 and self.rank in (None, int(os.environ.get('RANK', 0))):
+            print(f"CANCEL rank {os.environ.get('RANK')} at {time.time():.3f}", flush=True)
+            raise CancelFitException()
+
+def run_case(name:str, bs:int)->dict:
+    "Case `name` with batch size `bs` per process: what fastai reports"
+    learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam'), {}
+    ctx = learn.distrib_ctx() if hasattr(learn, 'distrib_ctx') and bs == B and _world() > 1 else _null()
+    with ctx:
+        if name == 'fit': learn.fit(2, 1e-2)
+        elif name == 'sgd': learn.fit(2, 0.1)
+        elif name == 'one_cycle': learn.fit_one_cycle(2, 1e-2)
+        elif name == 'flat_cos': learn.fit_flat_cos(2, 1e-2)
+        elif name == 'fine_tune': learn.fine_tune(1, 1e-2, freeze_epochs=1)
+        elif name == 'bf16': learn.to_bf16(); learn.fit(1, 1e-2)
+        elif name == 'grad_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=4*bs*_world()))
+        elif name == 'mixup': learn.fit(1, 1e-2, cbs=MixUp(0.4))
+        elif name == 'lr_find':
+            r = learn.lr_find(num_it=20, show_plot=False)
+            out['valley'], out['lrs'], out['losses'] = r.valley, learn.recorder.lrs, [float(l) for l in learn.recorder.losses]
+        elif name == 'save':   # SaveModelCallback, save and export under distrib_ctx: rank 0 writes, atomically
+            import tempfile
+            from pathlib import Path
+            from fastai.callback.tracker import SaveModelCallback
+            from distrib.runtime.collectives import broadcast_object
+            learn.path = Path(broadcast_object(tempfile.mkdtemp() if _rank() == 0 else None))
+            learn.fit(2, 1e-2, cbs=SaveModelCallback())
+            learn.save('final'); learn.export('export.pkl')
+            out['files'] = sorted(str(p.relative_to(learn.path)) for p in learn.path.rglob('*'))
+            out['export'] = str(learn.path/'export.pkl')
+        elif name == 'timing':   # seconds per training step, over 20 epochs (bench/fastai_distributed.py)
+            learn.fit(1, 1e-2); t0 = time.perf_counter(); learn.fit(20, 1e-2)
+            out['step_ms'] = (time.perf_counter() - t0) * 1000 / (20 * len(learn.dls.train))
+        elif name in ('cancel_one', 'cancel_all'):
+            learn.fit(2, 1e-2, cbs=CancelOn(1 if name == 'cancel_one' else None))
+        if name != 'lr_find': out['values'] = [[float(v) for v in row] for row in learn.recorder.values]
+        if name not in ('lr_find', 'mixup', 'save', 'timing'):
+            preds, targs, losses = learn.get_preds(with_loss=True)
+            out['preds'], out['targs'], out['losses'] = preds.tolist(), targs.tolist(), losses.tolist()
+            out['validate'] = [float(v) for v in learn.validate()]
+    out['weights'] = torch.cat([p.detach().float().flatten() for p in learn.model.parameters()]).tolist()
+    return out
+
+class _null:
+    def __enter__(self): return self
+    def __exit__(self, *a): return False
+
+def _rank()->int:
+    import os
+    return int(os.environ.get('RANK', 0))
+
+def _world()->int:
+    import os
+    return int(os.environ.get('WORLD_SIZE', 1))
+
+if __name__ == '__main__':
+    from distrib.fastai import *  # noqa: the one-line change: was `from fastai.distributed import *`
+    from distrib.runtime.collectives import all_reduce_sum
+    import fastai_job   # noqa: the cases as that module's, so that what export pickles names it, not __main__
+    path, names, res = sys.argv[1], sys.argv[2:], {}
+    for name in names:
+        res[name] = fastai_job.run_case(name, B)
+        w = torch.tensor(res[name]['weights'], dtype=torch.float64)   # every rank holds the same weights
+        spread = (all_reduce_sum(w) / _world() - w).abs().max().item()
+        res[name]['rank_spread'] = all_reduce_sum(torch.tensor(spread, dtype=torch.float64)).item()
+        print(f"CASE {name} done", flush=True)
+    import os
+    if int(os.environ['RANK']) == 0:
+        with open(path, 'w') as f: json.dump(res, f)
