@@ -41,7 +41,7 @@ def test_script_runs(tmp_path):
     for k in ('ddp', 'single'):
         assert res[k]['same_result'] and res[k]['max_result_diff'] < 1e-4, res[k]
         assert len(res[k]['a_reps']) == len(res[k]['b_reps']) == 3 and min(res[k]['a_reps'] + res[k]['b_reps']) > 0
-    for k in ('data_nw0', 'data_nw2'): assert res[k]['same_batches'], res[k]
+    for k in ('data_nw0', 'data_nw2'): assert res[k]['own_shard'], res[k]
     assert res['dispatch']['b'] > 0
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='a GPU is here: the scripts run on it (pytest -m bench, -m gpu)')
