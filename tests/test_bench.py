@@ -88,7 +88,7 @@ def test_liveness_scale_constant_per_rank():
 
 @pytest.mark.bench
 def test_shuffle_script_runs():
-    "bench/shuffle.py at N = 1e6 and 1e10 on rank 7 of 8: every figure reported, DistributedSampler skipped past its max"
+    "bench/shuffle.py at N = 1e6 and 1e10, rank 7 of 8: every figure reported, DistributedSampler skipped past 1e6"
     r = subprocess.run([sys.executable, str(ROOT/'bench'/'shuffle.py'), '--n', '1e6,1e10', '--world', '8',
                         '--randperm-max', '1e6'], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
