@@ -34,6 +34,10 @@ On the Learner side the progress bar is drawn (to a sink that says it is a termi
   `DataLoader` + `DistributedSampler`, with num_workers 0 and 2 (persistent workers: worker start-up not timed).
   Each side in its own order (`torch.randperm`'s and `index_shuffle`'s): each must give the batches of its rank-0
   shard, in order (checked).
+- ddp_ce: the ddp section with `nn.CrossEntropyLoss()` on the Learner's side (B), the hand-written loop (A) unchanged
+  (`F.cross_entropy`, each rank's batch mean, DDP averaging): the comparison peers make, a loop as users write it
+  against distrib's exact loss over items (issue 39). On a classifier every rank's count is its batch's rows, known
+  equal on every rank without asking (`ItemMean`'s `known_equal`): no collective of the count, as A.
 - ddp_items (not in the default sections): the ddp section with a loss over items on both sides (issue 33): A sums
   the loss, all-reduces the count of valid targets and divides by it before the backward (torchtitan's way, the
   all-reduce waited for at once); B is the Learner with `nn.CrossEntropyLoss()`, whose `ItemMean` starts the count's
@@ -63,7 +67,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's distrib
 from distrib import Callback
 
 N_TRAIN, N_VALID, BS, EPOCHS, LR, W = 8192, 2048, 64, 2, 1e-3, 2
-TARGETS = dict(ddp=0.98, ddp_items=0.98, single=0.98, data_nw0=1.0, data_nw2=1.0, dispatch_us=20.0)
+TARGETS = dict(ddp=0.98, ddp_ce=0.98, ddp_items=0.98, single=0.98, data_nw0=1.0, data_nw2=1.0, dispatch_us=20.0)
 
 def make_data():
     "Synthetic 10-class data: x ~ N(0, 1) in R^784, y = argmax of a fixed random projection (learnable)"
@@ -250,10 +254,10 @@ def gpu_for_rank(local_rank:int, world_size:int)->tuple:
     n = torch.cuda.device_count()
     return (torch.device('cuda', local_rank), 'nccl') if world_size <= n else (torch.device('cuda', 0), 'gloo')
 
-def worker_ddp(reps:int, every:int, cuda:bool=False, items:bool=False):
+def worker_ddp(reps:int, every:int, cuda:bool=False, items:bool=False, module_loss:bool=False):
     """One launched job: lockstep pairs of the raw DDP loop (A) and Learner + distrib_ctx (B); rank 0 returns the
     figures. With `items`, both train with a loss over items: by hand (A, `raw_fit`), and `nn.CrossEntropyLoss()` (B),
-    which the Learner's `ItemMean` weights over the ranks"""
+    which the Learner's `ItemMean` weights over the ranks; with `module_loss`, only B does (A: the batch mean)"""
     from distrib import Learner, DataLoaders, accuracy, setup_distrib, current_world
     torch.set_num_threads(1)
     w = current_world()
@@ -271,7 +275,8 @@ def worker_ddp(reps:int, every:int, cuda:bool=False, items:bool=False):
                        DataLoader(valid_a, batch_size=BS, sampler=DistributedSampler(valid_a, shuffle=False)), ts, every,
                        device, items)
         dls = DataLoaders(DataLoader(train_b, batch_size=BS, shuffle=True), DataLoader(valid_b, batch_size=BS))
-        learn = Learner(dls, make_model(), nn.CrossEntropyLoss() if items else F.cross_entropy, metrics=accuracy)
+        learn = Learner(dls, make_model(), nn.CrossEntropyLoss() if items or module_loss else F.cross_entropy,
+                        metrics=accuracy)
         learn.logger = noop  # the epoch table would interleave with ours
         with learn.distrib_ctx(device=device):
             t_a, t_b, res_a, res_b = lockstep(learn, loop, every, lead, sync)
@@ -398,7 +403,7 @@ def main():
     p.add_argument('--every', type=int, default=1, help='ddp, single: batches per turn of each side')
     p.add_argument('--runs', type=int, default=3, help='dispatch, data: timed runs per repetition (median taken)')
     p.add_argument('--sections', default=None,
-                   help='comma-separated subset to run (default: ddp,single,dispatch,data; with cuda: ddp2,single)')
+                   help='comma-separated subset to run (default: ddp,ddp_ce,single,dispatch,data; with cuda: ddp2,single)')
     p.add_argument('--device', default='cpu', choices=['cpu', 'cuda'], help='where the ddp and single sections train')
     p.add_argument('--worker', help=argparse.SUPPRESS)
     p.add_argument('--nw', type=int, default=0, help=argparse.SUPPRESS)
@@ -407,6 +412,7 @@ def main():
     if a.worker:
         cuda = a.device == 'cuda'
         res = dict(ddp=lambda: worker_ddp(a.reps, a.every, cuda),
+                   ddp_ce=lambda: worker_ddp(a.reps, a.every, cuda, module_loss=True),
                    ddp_items=lambda: worker_ddp(a.reps, a.every, cuda, items=True),
                    single=lambda: worker_single(a.reps, a.every, cuda),
                    dispatch=lambda: worker_dispatch(a.reps, a.runs), data=lambda: worker_data(a.reps, a.runs, a.nw))[a.worker]()
@@ -416,7 +422,7 @@ def main():
     if a.reps < 3: p.error('--reps must be >= 3')
     if a.every < 1 or a.runs < 1: p.error('--every and --runs must be >= 1')
     cuda = a.device == 'cuda'
-    sections = (a.sections or ('ddp2,single' if cuda else 'ddp,single,dispatch,data')).split(',')
+    sections = (a.sections or ('ddp2,single' if cuda else 'ddp,ddp_ce,single,dispatch,data')).split(',')
     if 'ddp1' in sections: p.error('ddp1: one process has no process group, and distrib_ctx trains it without DDP: '
                                    'the single section measures it')
     if cuda and set(sections) & {'dispatch', 'data'}: p.error('dispatch and data measure the CPU: run them without --device cuda')
@@ -426,6 +432,7 @@ def main():
         def job(*args): return _job([*args, '--reps', str(a.reps), '--runs', str(a.runs), '--every', str(a.every),
                                      '--device', a.device], str(Path(tmp)/'out.json'))
         if 'ddp' in sections: figs['ddp'] = bench_ddp(a.reps, a.every, tmp)
+        if 'ddp_ce' in sections: figs['ddp_ce'] = bench_ddp(a.reps, a.every, tmp, W, a.device, 'ddp_ce')
         if 'ddp_items' in sections: figs['ddp_items'] = bench_ddp(a.reps, a.every, tmp, W, a.device, 'ddp_items')
         if 'ddp2' in sections: figs['ddp2'] = bench_ddp(a.reps, a.every, tmp, 2, a.device)
         if 'single' in sections: figs['single'] = job('--worker', 'single')
@@ -434,6 +441,7 @@ def main():
             for nw in (0, 2): figs[f'data_nw{nw}'] = job('--worker', 'data', '--nw', str(nw))
     summary, ok = {}, True
     names = dict(ddp=('DDP W=2, steps/s', 'raw DDP loop', 'Learner+distrib_ctx'),
+                 ddp_ce=('DDP W=2 CE module, steps/s', 'raw DDP loop', 'Learner+CrossEntropyLoss'),
                  ddp_items=('DDP W=2 items, steps/s', 'raw DDP loop, count all-reduce', 'Learner+distrib_ctx'),
                  ddp2=('GPU, DDP W=2, steps/s', 'raw DDP loop', 'Learner+distrib_ctx'),
                  single=('1 process, steps/s', 'plain loop', 'Learner.fit'),
@@ -463,7 +471,7 @@ def main():
         summary[k] = dict(a=ma, b=mb, a_reps=ra, b_reps=rb, met=good,
                           **({'overhead_us': val, 'overhead_of_medians_us': of_medians} if k == 'dispatch'
                              else {'ratio': val, 'ratio_of_medians': of_medians}))
-    for k in ('ddp', 'ddp_items', 'ddp2', 'single'):
+    for k in ('ddp', 'ddp_ce', 'ddp_items', 'ddp2', 'single'):
         if k in figs:
             ra, rb, diff = figs[k]['results']['a'], figs[k]['results']['b'], figs[k]['max_result_diff']
             same = diff < 1e-4  # over every pair

@@ -1,8 +1,8 @@
 """DDP against FSDP, each eager and compiled: speed and memory per rank on a ~50M-parameter MLP.
 
     python bench/strategies.py                       # from the repository root: CPU, gloo, W=2 (a few minutes)
-    python bench/strategies.py --device cuda         # one GPU per rank, NCCL (--ranks: at most the GPUs; default 2,
-                                                     # or 1 on a machine with one GPU)
+    python bench/strategies.py --device cuda         # one GPU per rank, NCCL (--ranks: at most the GPUs; default 2:
+                                                     # with one GPU it says so and exits 0, measuring nothing)
     python bench/strategies.py --hidden 64 --layers 2 --steps 4 --warmup 1 --batch 2   # a quick check
 
 Model: `--layers` Linear(hidden, hidden) layers with ReLUs between them (3 x 4096: 50,343,936 parameters), MSE on
@@ -139,6 +139,17 @@ def main(args):
     print(json.dumps(dict(device=args.device, world_size=args.ranks, hidden=args.hidden, layers=args.layers,
                           batch=args.batch, steps=args.steps, results=results)))
 
+def cuda_ranks(ranks:int|None, # --ranks as given; None: the default
+               n_gpus:int,      # GPUs visible
+              )->int|None:      # the world size; None: the default cannot run here (fewer than 2 GPUs)
+    """The world size of `--device cuda`: NCCL runs one rank per GPU and the strategies need 2 ranks, so the default
+    is 2, or None on a machine with one GPU (the caller says so and measures nothing). Raises `ValueError` for an
+    explicit `ranks` above `n_gpus`"""
+    if ranks is None: return 2 if n_gpus >= 2 else None
+    if ranks > n_gpus: raise ValueError(f"--ranks {ranks} with --device cuda needs {ranks} GPUs (NCCL: one per rank); "
+                                        f"{n_gpus} visible")
+    return ranks
+
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--device', default='cpu', choices=['cpu', 'cuda'])
@@ -160,9 +171,14 @@ if __name__ == '__main__':
                   "(torch.cuda.is_available() is False); run it on a GPU machine, or without --device cuda", file=sys.stderr)
             sys.exit(2)
         n = torch.cuda.device_count()
-        if args.ranks is None: args.ranks = min(2, n)
-        if args.ranks > n: p.error(f"--ranks {args.ranks} with --device cuda needs {args.ranks} GPUs (NCCL: one per rank); "
-                                   f"{n} visible")
+        try: ranks = cuda_ranks(args.ranks, n)
+        except ValueError as e: p.error(str(e))
+        if ranks is None and not args.worker:
+            print(f"bench/strategies.py: --device cuda compares DDP with FSDP on 2 ranks, one GPU each (NCCL), and {n} "
+                  "GPU is visible here: nothing to measure (bench/overhead.py --device cuda runs on one GPU)",
+                  file=sys.stderr)
+            sys.exit(0)
+        args.ranks = ranks
     if args.ranks is None: args.ranks = 2
     if args.ranks < 2 and not args.worker:
         p.error(f"--ranks {args.ranks}: one process trains without DDP or FSDP (distrib_ctx in a world of one), so the "

@@ -8,7 +8,9 @@ import sys, numbers
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils.data import TensorDataset, default_collate
 from .runtime.collectives import comm_device
+from .runtime.group import group_backend
 from .runtime.position import doing
 from .callback.core import Callback
 from .data import DistributedDL, IterableShards, find_bs
@@ -31,15 +33,20 @@ def _fastai_flat(loss_func)->bool:
     BaseLoss = getattr(sys.modules.get('fastai.losses'), 'BaseLoss', None)
     return BaseLoss is not None and isinstance(loss_func, BaseLoss) and type(loss_func).__call__ is BaseLoss.__call__
 
-def _item_loss(loss_func, yb:tuple)->nn.Module|None:
+def _loss_module(loss_func)->nn.Module|None:
     """The torch loss that `loss_func` is (`nn.CrossEntropyLoss`, `nn.NLLLoss`, exactly those classes) or that
-    fastai's `BaseLoss` wraps, reducing by 'mean', when `yb` is one tensor of class indices; None otherwise (a few
-    attribute reads: it runs at every batch)"""
+    fastai's `BaseLoss` wraps, reducing by 'mean'; None otherwise"""
     m = loss_func
     if type(m) not in _ITEM_LOSSES:
         if 'fastai.losses' not in sys.modules or not _fastai_flat(m) or type(m.func) not in _ITEM_LOSSES: return None
         m = m.func
-    if m.reduction != 'mean' or len(yb) != 1: return None
+    return m if m.reduction == 'mean' else None
+
+def _item_loss(loss_func, yb:tuple)->nn.Module|None:
+    """`_loss_module(loss_func)` when `yb` is one tensor of class indices; None otherwise (a few attribute reads: it
+    runs at every batch)"""
+    m = _loss_module(loss_func)
+    if m is None or len(yb) != 1: return None
     t = yb[0]
     return m if isinstance(t, torch.Tensor) and not t.is_floating_point() else None
 
@@ -123,9 +130,16 @@ def _pow2(x:torch.Tensor)->torch.Tensor:
     "The power of two nearest to `x` > 0, in `x`'s dtype"
     return torch.exp2(torch.round(torch.log2(x)))
 
+def _sum_device(device:torch.device)->torch.device:
+    """Where a count on `device` is all-reduced: on `device` itself when the default group has a backend for its
+    type (a CUDA count goes to NCCL under distrib's default 'cpu:gloo,cuda:nccl': no copy to the host, no host
+    sync), else on `comm_device()` (a CPU count under NCCL alone)"""
+    return device if group_backend(device.type) is not None else comm_device()
+
 def _start_sum(n:torch.Tensor)->tuple:
-    "Start the sum of the 0-d tensor `n` over the default group's ranks: `(work, buffer)` (`async_op=True`)"
-    buf = n.detach().to(comm_device(), copy=True)
+    """Start the sum of the 0-d tensor `n` over the default group's ranks, on `_sum_device(n.device)`: `(work,
+    buffer)` (`async_op=True`)"""
+    buf = n.detach().to(_sum_device(n.device), copy=True)
     return dist.all_reduce(buf, op=dist.ReduceOp.SUM, async_op=True), buf
 
 def _finish_sum(started:tuple, device:torch.device)->torch.Tensor:
@@ -133,8 +147,55 @@ def _finish_sum(started:tuple, device:torch.device)->torch.Tensor:
     host). The wait is a distrib collective (`doing`): a rank stuck in it is shown waiting for the others, and under
     NCCL the watchdog follows it while it is queued on the GPU (no store call: issue 30)"""
     work, buf = started
-    with doing('collective', "the all_reduce of the step's item count"): work.wait()
+    with doing('collective', "the all_reduce of the step's item count", device=buf.device): work.wait()
     return buf.to(device)
+
+def _dataset_targets(dl)->torch.Tensor|None:
+    """The tensor every training batch's targets of the `DistributedDL` `dl` are rows of: the last tensor of its
+    `TensorDataset` (the `Learner`'s `yb` is a batch's last element), read with default collation; None for any
+    other dataset or collation (whose targets are not known before they are read)"""
+    ds = dl.dataset
+    if type(ds) is not TensorDataset or len(ds.tensors) < 2 or dl.dl.collate_fn is not default_collate: return None
+    return ds.tensors[-1]
+
+def _loader_targets(learn, order:int)->bool:
+    """Whether the targets `ItemMean` (at `order`) sees in `before_batch` are the loader's: no other callback up to
+    `order` handles `before_batch`, but `GradientAccumulation`, which only counts samples (later changes are caught
+    in `before_backward`)"""
+    ga = getattr(learn, 'gradient_accumulation', None)
+    return all(c.order > order or c is ga or isinstance(c, ItemMean) or getattr(c, 'before_batch', None) is None
+               for c in learn.cbs)
+
+def _agree(facts:list)->bool:
+    """Whether every rank of the default group has the same `facts` (ints): one all-reduce (MAX) of the facts and
+    their negatives, on `comm_device()` (the CPU under distrib's default backend)"""
+    t = torch.tensor([*facts, *(-f for f in facts)], dtype=torch.int64, device=comm_device())
+    with doing('collective', "ItemMean's check that the ranks' batches and targets agree", device=t.device):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    k = len(facts)
+    return torch.equal(t[:k], -t[k:])
+
+def _counts_known_equal(learn, order:int, checked:dict)->bool:
+    """Whether every rank's count of items is the same at every training batch of this pass over `learn.dl`, known
+    without asking at each step. On every rank: the loader is a `DistributedDL` over a `TensorDataset` read with
+    default collation, so a batch's targets are rows of the dataset's last tensor (`_dataset_targets`); no callback
+    changes them before `ItemMean` counts them (`_loader_targets`); the loss is one `item_count` knows without class
+    `weight`, and no element of that tensor is its `ignore_index` (read once per pass; `checked` remembers it for an
+    unchanged tensor), so a batch's count is its targets' number of elements; every rank has the same shard length
+    (`n_shard`: padded, or a world size that divides the dataset), batch size and `drop_last`, and starts at the same
+    sample (`Checkpoint` resumes every rank at the same one), so the k-th batch has the same number of rows
+    everywhere, rows of the same shape. Then every rank counts `n` and the step's count is `n·W`. One all-reduce per
+    pass (`_agree`) checks that these facts hold, and alike, on every rank: the answer is the same everywhere"""
+    dl, m = learn.dl, _loss_module(learn.loss_func)
+    t = _dataset_targets(dl) if isinstance(dl, DistributedDL) else None
+    ok = (m is not None and m.weight is None and t is not None and not t.is_floating_point() and t.dim() >= 1
+          and _loader_targets(learn, order))
+    if ok:
+        key = (id(t), t._version, m.ignore_index)
+        if key not in checked: checked.clear(); checked[key] = not bool((t == m.ignore_index).any())
+        ok = checked[key]
+    facts = [dl.n_shard, dl.batch_size, int(dl.drop_last), t[:1].numel()] if ok else [0]*4   # t[:1]: a row
+    return _agree([int(ok), *facts]) and ok
 
 @torch.no_grad()
 def scale_grads_(params,                # parameters (DTensor ones too); those whose `.grad` is None are left
@@ -157,19 +218,31 @@ class ItemMean(Callback):
     their number over all ranks, as one process with the global batch computes it. A default callback of the
     `Learner`; it does nothing for a loss that returns its batch mean.
 
-    Once per optimizer step on several ranks, one all-reduce of one number, started as soon as the count is known
-    (`before_batch` for a loss `item_count` knows, the last micro-batch's `before_backward` in an accumulation
-    window) and waited for where it is needed; in a window, one multiplication of every gradient at `before_step`.
+    Where every rank's count is known to be the same at every step (`_counts_known_equal`: a classifier's
+    `nn.CrossEntropyLoss()` over a `TensorDataset` whose targets hold no `ignore_index`, in a `DistributedDL`), the
+    step's count is this rank's times the world size, with no collective (one per training pass checks the rule on
+    every rank). Otherwise, once per optimizer step on several ranks, one all-reduce of one number on its own device
+    with the group's backend for it (NCCL for a CUDA count under `'cpu:gloo,cuda:nccl'`: no host sync), started as
+    soon as the count is known (`before_batch` for a loss `item_count` knows, the last micro-batch's
+    `before_backward` in an accumulation window) and waited for where it is needed; in a window, one multiplication
+    of every gradient at `before_step`.
     `n_items` is the count of the last step over all ranks (a 0-d tensor), None before the first. Runs at `order`
     8, between `GradientAccumulation` (6) and `MixedPrecision` (10). Raises `RuntimeError` in `before_backward`
     when the targets or the loss changed after `before_batch` counted them (a callback of a higher order)."""
     order = 8
     n_items = scale = window = _early = _work = None   # _early, _work: count all-reduces started, not waited for
-    pending, _ws = False, 1                             # a window's count to all-reduce; the training world size
+    pending, _ws, _window_known = False, 1, False   # a window's count to all-reduce; the training world size; the
+                                                    # window's count known equal (no all-reduce)
+    _known = None                                       # the loss whose counts are known equal in this pass, if any
     def before_fit(self):
-        self.n_items = self.scale = self.window = self._early = self._work = None
-        self.pending = False
-    def before_train(self): self._ws = _world_size(self.learn.dl)   # once a pass: the per-batch path stays short
+        self.n_items = self.scale = self.window = self._early = self._work = self._known = None
+        self.pending, self._checked = False, {}
+    def before_train(self):
+        "Once a pass (the per-batch path stays short): the world size, and whether the ranks' counts are known equal"
+        self._ws, lf = _world_size(self.learn.dl), self.learn.loss_func
+        known = (self._ws > 1 and _loss_module(lf) is not None   # a batch-mean loss: nothing to check
+                 and _counts_known_equal(self.learn, self.order, self._checked))
+        self._known = lf if known else None
     def _whole_step(self)->bool:
         "Whether this micro-batch is a whole optimizer step: no accumulation, or a window of one micro-batch"
         ga = getattr(self.learn, 'gradient_accumulation', None)
@@ -180,7 +253,9 @@ class ItemMean(Callback):
         learn = self.learn
         if not learn.training or self._ws == 1: return
         m = _item_loss(learn.loss_func, learn.yb)
-        if m is not None and self._whole_step():
+        if m is not None and learn.loss_func is self._known:   # nothing to sum: guard the targets counted
+            self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, None)
+        elif m is not None and self._whole_step():
             self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, _start_sum(_count(m, learn.yb[0])))
     def _check_early(self, early:tuple):
         "`RuntimeError` unless the loss and targets are those `before_batch` counted"
@@ -195,24 +270,26 @@ class ItemMean(Callback):
         learn, early, self._early = self.learn, self._early, None
         if early is not None: self._check_early(early)
         if not learn.training or learn.loss_sum is None: return
-        n, W = learn.n_items, self._ws
+        n, W, known = learn.n_items, self._ws, early is not None and early[-1] is None
         if self._whole_step():
-            if W == 1: self.n_items = n; return   # the batch's mean is the step's
+            if W == 1 or known: self.n_items = n if W == 1 else n*W; return   # the batch's mean is the step's
             self.n_items = N = _finish_sum(early[-1] if early else _start_sum(n), n.device)
             learn.loss_grad = learn.loss_grad * (n*W/N.clamp_min(torch.finfo(N.dtype).tiny)).to(learn.loss_grad.dtype)
             return
         ga = learn.gradient_accumulation
-        if self.scale is None:   # the first window: the power of two near W/n_acc (the window's samples)
-            self.scale = _pow2(torch.tensor(W/ga.n_acc, dtype=n.dtype, device=n.device))
+        if self.scale is None:   # the first window: the power of two near W/n_acc (a fill: no host-to-device copy)
+            self.scale = _pow2(torch.full((), W/ga.n_acc, dtype=n.dtype, device=n.device))
         self.window = n if self.window is None else self.window + n
         self.pending = True
         learn.loss_grad = learn.loss_grad * (n*self.scale).to(learn.loss_grad.dtype)
-        if ga.last and W > 1: self._work = _start_sum(self.window)   # runs during this last backward
+        self._window_known = known
+        if ga.last and W > 1 and not known: self._work = _start_sum(self.window)   # runs during this last backward
     def before_step(self):
         "At the end of a window: the step's count over the ranks, every gradient times `W/(c·N)`"
         if not self.pending: return
         W, work, self._work = self._ws, self._work, None
-        N = self.window if W == 1 else _finish_sum(work or _start_sum(self.window), self.window.device)
+        if W == 1 or self._window_known: N = self.window if W == 1 else self.window*W
+        else: N = _finish_sum(work or _start_sum(self.window), self.window.device)
         self.n_items, self.window, self.pending = N, None, False
         has = N > 0
         safe = torch.where(has, N, torch.ones_like(N))

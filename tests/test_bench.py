@@ -39,7 +39,7 @@ def test_script_runs(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert 'B/A' in r.stdout
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    for k in ('ddp', 'single'):
+    for k in ('ddp', 'ddp_ce', 'single'):
         assert res[k]['same_result'] and res[k]['max_result_diff'] < 1e-4, res[k]
         assert len(res[k]['a_reps']) == len(res[k]['b_reps']) == 3 and min(res[k]['a_reps'] + res[k]['b_reps']) > 0
     for k in ('data_nw0', 'data_nw2'): assert res[k]['own_shard'], res[k]

@@ -1,7 +1,7 @@
 """The device logic of the CUDA paths, on CPU: where it only asks torch about CUDA (`torch.cuda.is_available`,
 `device_count`, the group's backends), CUDA's answers are substituted (monkeypatch), so that the decisions a GPU
 machine would take are checked here; what only a GPU can run is in test_gpu.py (issue 34)."""
-import datetime, os, socket, tempfile, threading, types
+import datetime, os, re, socket, tempfile, threading, types
 import pytest, torch
 import torch.distributed as dist
 from torch import nn
@@ -223,3 +223,147 @@ def test_load_keeps_step_counts_on_the_cpu(tmp_path):
     steps = [s['step'] for s in b.opt.state.values()]
     assert steps and all(t.device.type == 'cpu' for t in steps), [t.device for t in steps]
     assert {s['exp_avg'].device.type for s in b.opt.state.values()} == {'meta'}   # the moments follow the parameters
+
+# issue 39's item 3: what a cluster user meets first. setup_distrib of one rank with CUDA's answers substituted: the
+# rendezvous gives a HashStore the calls share, init_process_group is recorded (with torch's signature), and the
+# liveness the real group would start is left out
+@pytest.fixture
+def fake_setup(monkeypatch, gpus):
+    store, calls, uuids = dist.HashStore(), [], {}
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
+                           group_name='', pg_options=None, device_id=None):   # torch 2.8's parameters
+        calls.append(dict(backend=backend, device_id=device_id))
+        if setup.fail: raise RuntimeError('Gloo connectFullMesh failed')
+    monkeypatch.setattr(dist, 'rendezvous', lambda url, rank, world_size, timeout: iter([(store, rank, world_size)]))
+    monkeypatch.setattr(dist, 'init_process_group', init_process_group)
+    for name in ('watch_stalls', 'start_liveness', 'set_group_state', '_nccl_backstop', 'queue_tracking'):
+        monkeypatch.setattr(G, name, lambda *a, **k: None)
+    monkeypatch.setattr(G._State, 'at_exit', True)
+    monkeypatch.setattr(G._State, 'n_groups', 0)
+    monkeypatch.setattr(dist, 'is_nccl_available', lambda: True)
+    # the GPU's UUID: the same for every rank (they share the node's GPUs) unless `uuids` gives one per rank
+    monkeypatch.setattr(torch.cuda, 'get_device_properties',
+                        lambda d: types.SimpleNamespace(uuid=uuids.get(setup.rank, f'GPU-{torch.device(d).index}')))
+    def setup(rank:int, world:int=2, n_gpus:int=1, **kw):
+        setup.rank, G._State.n_groups = rank, 0   # each rank's first group, as in its own process
+        gpus(n_gpus)
+        return G.setup_distrib(world=World(rank, world, rank, world, env='env'), **kw)
+    setup.fail, setup.calls, setup.uuids = False, calls, uuids
+    return setup
+
+def test_more_processes_than_gpus_refused(fake_setup):
+    "2 processes on a node with 1 GPU under NCCL: the second is refused in one line naming --nproc_per_node"
+    assert fake_setup(0)
+    with pytest.raises(ValueError, match=r'rank 1 would share GPU cuda:0 .* --nproc_per_node 1\)'): fake_setup(1)
+    assert len(fake_setup.calls) == 1
+
+def test_gpus_bound_one_per_task_pass(fake_setup):
+    "Slurm's --gpus-per-task=1: each task sees its own GPU as cuda:0 (different UUIDs): not refused"
+    fake_setup.uuids.update({0: 'GPU-a', 1: 'GPU-b'})
+    assert fake_setup(0) and fake_setup(1)
+
+def test_ranks_share_a_gpu_over_gloo(fake_setup):
+    assert fake_setup(0, backend='gloo') and fake_setup(1, backend='gloo')
+    assert [c['device_id'] for c in fake_setup.calls] == [None, None]   # gloo: no device_id either
+
+def test_device_id_reaches_init_process_group(fake_setup):
+    "One GPU per rank under the default backend: NCCL gets the rank's GPU (eager communicator), where torch has it"
+    assert fake_setup(1, n_gpus=2)
+    assert fake_setup.calls == [dict(backend='cpu:gloo,cuda:nccl', device_id=cuda(1))]
+
+def test_no_device_id_on_a_torch_without_it(fake_setup, monkeypatch):
+    monkeypatch.setattr(dist, 'init_process_group', lambda backend, **kw: fake_setup.calls.append(kw))
+    assert fake_setup(1, n_gpus=2)
+    assert 'device_id' not in fake_setup.calls[0]
+
+@pytest.mark.parametrize('nccl, gloo, want', [('lo', None, 'lo'), ('=lo', None, 'lo'), ('^docker', None, None),
+                                              ('lo', 'eth7', 'eth7')])
+def test_gloo_socket_ifname_follows_nccl(fake_setup, monkeypatch, nccl, gloo, want):
+    "GLOO_SOCKET_IFNAME defaults to NCCL_SOCKET_IFNAME's interface when only that is set (gloo: exact names)"
+    monkeypatch.setenv('GLOO_SOCKET_IFNAME', 'x')   # restored (unset) after the test
+    if gloo is None: monkeypatch.delenv('GLOO_SOCKET_IFNAME')
+    else: monkeypatch.setenv('GLOO_SOCKET_IFNAME', gloo)
+    monkeypatch.setenv('NCCL_SOCKET_IFNAME', nccl)
+    assert fake_setup(0, n_gpus=2)
+    assert os.environ.get('GLOO_SOCKET_IFNAME') == want
+
+def test_init_error_names_both_interfaces(fake_setup, monkeypatch):
+    monkeypatch.setenv('NCCL_SOCKET_IFNAME', '^docker')
+    fake_setup.fail = True
+    with pytest.raises(RuntimeError, match='connectFullMesh') as e: fake_setup(0, n_gpus=2)
+    note = ' '.join(getattr(e.value, '__notes__', []))
+    assert "GLOO_SOCKET_IFNAME=unset" in note and "NCCL_SOCKET_IFNAME='^docker'" in note, note
+
+# issue 39's item 3: a CUDA event follows only a collective queued on a CUDA stream
+def test_no_cuda_event_after_a_gloo_collective(monkeypatch):
+    from distrib.runtime import position as PO
+    marked = []
+    monkeypatch.setattr(PO, 'mark_queued', lambda name=None, **kw: marked.append(name))
+    PO.queue_tracking(True, 60.)
+    try:
+        for device in ('cpu', torch.device('cpu'), 'cuda', cuda(1), None):
+            with PO.doing('collective', str(device), device=device): pass
+        assert marked == ['cuda', 'cuda:1', 'None']
+        # all_reduce_sum of the default backend: a CPU tensor through gloo, not followed
+        monkeypatch.setattr(CO, '_world_size', lambda: 2)
+        monkeypatch.setattr(CO, 'comm_device', lambda group=None: torch.device('cpu'))
+        monkeypatch.setattr(dist, 'all_reduce', lambda t, op=None: None)
+        CO.all_reduce_sum(torch.ones(2))
+        assert marked == ['cuda', 'cuda:1', 'None']
+    finally: PO.queue_tracking(False)
+
+# issue 39's item 3: compile=True on a machine without a compiler says what to install, before the first step
+@pytest.mark.parametrize('device, says', [(None, 'C++ compiler'), ('cuda', "C compiler for Triton's GPU kernels")])
+def test_compile_needs_a_compiler(monkeypatch, device, says):
+    from distrib.strategies import compiling as CP
+    for v in ('CC', 'CXX'): monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(CP.shutil, 'which', lambda name: None)
+    if device: monkeypatch.setattr(CP, 'model_device', lambda m: cuda(0))   # the model on the GPU
+    learn = Learner(DataLoaders(DataLoader(TensorDataset(torch.zeros(4, 1), torch.zeros(4, 1)))), nn.Linear(1, 1),
+                    F.mse_loss)
+    with pytest.raises(RuntimeError, match=re.escape(says) + r".*apt-get install gcc g\+\+"):
+        with learn.distrib_ctx(compile=True): pass
+    assert 'forward' not in learn.model.__dict__   # nothing left compiled
+    with learn.distrib_ctx(compile={'backend': 'aot_eager'}): pass
+
+# issue 39's item 3: FSDP keeps one whole copy of the model in host memory (the Learner's), not a deep copy beside it
+class Scaled(nn.Module):
+    "Two layers sharing a weight (a tie), and a buffer outside the state dict"
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.b.weight = self.a.weight
+        self.register_buffer('scale', torch.tensor(3.), persistent=False)
+    def forward(self, x): return self.b(torch.relu(self.a(x))).sum(-1, keepdim=True) * self.scale
+
+def test_fsdp_copy_holds_no_memory(one_rank_group, monkeypatch):
+    from distrib.strategies import fsdp as FS
+    shard, sharded_on = FS.shard_model, []
+    def spy(model, *a, **kw):
+        sharded_on.extend(t.device.type for t in [*model.parameters(), *model.buffers()])
+        return shard(model, *a, **kw)
+    monkeypatch.setattr(FS, 'shard_model', spy)
+    x = torch.randn(32, 4); y = x.sum(1, keepdim=True)
+    def learner():
+        torch.manual_seed(0)
+        learn = Learner(DataLoaders(DataLoader(TensorDataset(x, y), batch_size=8)), Scaled(), F.mse_loss)
+        learn.logger, learn.progress.enabled = (lambda *a: None), False
+        return learn
+    plain = learner(); plain.fit(2)
+    learn = learner()
+    learn.to_distributed(strategy='fsdp')   # the root alone: torch shards a tie in one group
+    try: learn.fit(2)
+    finally: learn.detach_distributed()
+    assert sharded_on and set(sharded_on) == {'meta'}, sharded_on   # the copy was sharded before it held anything
+    for k, v in plain.model.state_dict().items(): torch.testing.assert_close(learn.model.state_dict()[k], v)
+    assert learn.model.b.weight is learn.model.a.weight and learn.model.scale.item() == 3.
+
+# issue 39's item 3: the README's GPU benchmark line on a machine with one GPU does not fail (exit code 2)
+def test_strategies_bench_on_one_gpu():
+    import importlib.util
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location('bench_strategies', ROOT/'bench'/'strategies.py')
+    bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
+    assert [bench.cuda_ranks(None, n) for n in (1, 2, 8)] == [None, 2, 2]   # one GPU: nothing to measure, said
+    assert bench.cuda_ranks(4, 8) == 4
+    with pytest.raises(ValueError, match='--ranks 4 with --device cuda needs 4 GPUs'): bench.cuda_ranks(4, 2)

@@ -265,7 +265,8 @@ def test_long_phase_reported(slow_runs):
     """Rank 0 sleeps 7 s in rank0_first's function (a declared long phase, as a slow download) while rank 1 waits for
     it: with DISTRIB_STALL_REPORT=0.3, rank 0's watchdog reports the phase at 3 s (10 times the threshold) and again
     at 6 s (the duration doubled), naming the rank, the phase and how long, with its stack at the sleep; the phase
-    is not ended, nothing else is reported, and the job ends well"""
+    is not ended, nothing else is reported, and the job ends well; rank 1, which waits with a group timeout of 2 s,
+    prints nothing of torch's store client (no wait of it times out: `_Waiter`)"""
     r, _ = slow_runs['phase_report']
     assert r.returncode == 0, r.stderr[-3000:]
     found = re.findall(r"distrib: long phase: rank 0 has been in the declared long phase "
@@ -277,6 +278,8 @@ def test_long_phase_reported(slow_runs):
     assert r.stderr.count(PHASE_LINE) == 2 and r.stderr.count("Rank 0's main thread (innermost last)") == 2, r.stderr
     assert 'probable stall' not in r.stderr and 'rank 1 has been' not in r.stderr, r.stderr[-3000:]
     assert r.stdout.count('the fault did not happen') == 2, r.stdout
+    # rank 1 waited 7 s, looking at rank 0 every 2 s (the group's timeout): nothing of torch's store client's polls
+    assert 'waitForInput' not in r.stderr, r.stderr[-3000:]
 
 @pytest.mark.slow
 def test_long_phase_timeout_ends_the_job(slow_runs):

@@ -63,3 +63,28 @@ def test_figures(outw):
     m = re.search(r'^ITEMS (\{.*\})', outw, re.M)
     assert m, outw
     print(json.loads(m.group(1)))
+
+@pytest.mark.parametrize('case', ['known_equal', 'known_equal_accumulate', 'ignored_target', 'class_weights',
+                                  'callback_before_item_mean'])
+def test_known_equal_counts(outw, case):
+    """Issue 39: a classifier's nn.CrossEntropyLoss() over a TensorDataset without an ignored target sums no count
+    (no all-reduce in any batch), with and without accumulation; an ignored target, class weights or a callback that
+    could change the targets before ItemMean: one all-reduce of the count per step. Each against one process with the
+    global batch (weights <= 1e-5, recorder.values <= 1e-6)"""
+    assert checked(outw, case) and checked(outw, f'{case}_all_reduces'), outw
+
+@pytest.mark.parametrize('config, count_on, want', [
+    ('cpu:gloo,cuda:nccl', 'cuda', 'cuda'),   # distrib's default: a CUDA count goes to NCCL, no copy to the host
+    ('cpu:gloo,cuda:nccl', 'cpu', 'cpu'),     # a CPU count (CPU training) to gloo
+    ('cuda:nccl', 'cuda', 'cuda'),            # NCCL alone
+    ('cuda:nccl', 'cpu', 'cuda'),             # a CPU count under NCCL alone: copied to the group's device
+    ('cpu:gloo,cuda:gloo', 'cuda', 'cuda')])  # gloo for both: the group's own choice for CUDA tensors
+def test_count_reduced_on_its_device(monkeypatch, config, count_on, want):
+    """Issue 39: the device the step's count is all-reduced on, with CUDA's answers substituted (the group's backend
+    configuration, its current device): never the CPU for a CUDA count when the group has a backend for CUDA"""
+    import torch
+    from distrib import losses as L
+    from distrib.runtime import group as G, collectives as CO
+    monkeypatch.setattr(G.dist, 'get_backend_config', lambda group=None: config)
+    monkeypatch.setattr(torch.cuda, 'current_device', lambda: 0)
+    assert L._sum_device(torch.device(count_on, 0) if count_on == 'cuda' else torch.device('cpu')).type == want

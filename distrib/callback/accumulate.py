@@ -26,25 +26,32 @@ def _fsdp_no_sync(model):
     try: yield
     finally: model.set_requires_gradient_sync(True)
 
+def _has_grad(ps:list)->torch.Tensor:
+    "1 where a parameter of `ps` has a gradient, else 0, on their device: fills, no host-to-device copy"
+    if all(p.grad is not None for p in ps): return ps[0].new_ones(len(ps))
+    return torch.stack([p.new_ones(()) if p.grad is not None else p.new_zeros(()) for p in ps])
+
 def _all_reduce_grads(params, group=None):
     """Average the `.grad` of `params` over the ranks of `group`, with one all-reduce per (dtype, device); a
-    missing grad counts as zeros, and a parameter whose grad is None on every rank keeps None"""
+    missing grad counts as zeros, and a parameter whose grad is None on every rank keeps None. Nothing waits for the
+    device where this rank has every gradient (the usual case); where it misses one, the flags of which ranks had it
+    are read back to the host (on a GPU, a host sync: the price of keeping None)"""
     params = list(params)
     ws = dist.get_world_size(group)
     kinds = {}
     for p in params: kinds.setdefault((p.dtype, p.device), []).append(p)
     for ps in kinds.values():
-        has = torch.tensor([p.grad is not None for p in ps], dtype=ps[0].dtype, device=ps[0].device)
-        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in ps] + [has])
-        with doing('collective', "GradientAccumulation's all_reduce of gradients (forced_sync)"):
+        flat = torch.cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in ps]
+                         + [_has_grad(ps)])
+        with doing('collective', "GradientAccumulation's all_reduce of gradients (forced_sync)", device=flat.device):
             dist.all_reduce(flat, group=group)
         flat /= ws
-        has, i = flat[-len(ps):].cpu() > 0, 0
+        missing = any(p.grad is None for p in ps)
+        has, i = (flat[-len(ps):].cpu() > 0).tolist() if missing else None, 0
         for j, p in enumerate(ps):
             g = flat[i:i+p.numel()].view_as(p); i += p.numel()
-            if not has[j]: continue
-            if p.grad is None: p.grad = g.clone()
-            else: p.grad.copy_(g)
+            if p.grad is not None: p.grad.copy_(g)
+            elif has[j]: p.grad = g.clone()
 
 class GradientAccumulation(Callback):
     """Step the optimizer once `n_acc` samples, counted over all ranks, have been accumulated (fastai's

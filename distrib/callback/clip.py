@@ -38,13 +38,15 @@ def clip_grad_norm_(parameters,                 # parameters (or one tensor) who
     if math.isinf(norm_type):
         total = torch.stack([l.abs().max().float() for l, _ in parts if l.numel()] + [torch.zeros((), device=device)])
         total = total.max()
-        with doing('collective', "clip_grad_norm_'s all_reduce (max)"):  # the watchdog sees where a rank waits
+        # the watchdog sees where a rank waits
+        with doing('collective', "clip_grad_norm_'s all_reduce (max)", device=total.device):
             dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
     else:
         def psum(sharded): return sum((l.float().abs().pow(norm_type).sum() for l, s in parts if s == sharded),
                                       torch.zeros((), device=device))
         shards = psum(True)
-        with doing('collective', "clip_grad_norm_'s all_reduce (sum)"):  # the shards' sums; a whole gradient once
+        # the shards' sums; a whole gradient once
+        with doing('collective', "clip_grad_norm_'s all_reduce (sum)", device=shards.device):
             dist.all_reduce(shards, group=group)
         total = (shards + psum(False)) ** (1/norm_type)
     if error_if_nonfinite and not torch.isfinite(total):

@@ -41,7 +41,8 @@ def broadcast_object(obj,        # any picklable object; only `src`'s is used
     _check_rank(src, ws, 'src')
     if ws == 1: return obj
     buf = [obj if dist.get_rank() == src else None]
-    with doing('collective', f'broadcast_object(src={src})'): dist.broadcast_object_list(buf, src=src)
+    with doing('collective', f'broadcast_object(src={src})', device=comm_device()):
+        dist.broadcast_object_list(buf, src=src)
     return buf[0]
 
 # %% ../../nbs/09_runtime.collectives.ipynb #423f863a
@@ -60,7 +61,7 @@ def all_reduce_sum(tensor:torch.Tensor, # any shape; the same shape and dtype on
     if _world_size() == 1: return t
     dev = comm_device()
     c = t.to(dev)
-    with doing('collective', 'all_reduce_sum'):
+    with doing('collective', 'all_reduce_sum', device=dev):
         dist.all_reduce(c, op=dist.ReduceOp.SUM)
         return c.to(t.device)  # NCCL returns once queued: the wait for the peers is here, in the collective's position
 
@@ -83,17 +84,17 @@ def gather_object(obj,                 # any picklable object
     if ws == 1: return [obj]
     if dst is None:
         out = [None]*ws
-        with doing('collective', 'gather_object'): dist.all_gather_object(out, obj)
+        with doing('collective', 'gather_object', device=comm_device()): dist.all_gather_object(out, obj)
         return out
     out = [None]*ws if dist.get_rank() == dst else None
-    with doing('collective', f'gather_object(dst={dst})'): dist.gather_object(obj, out, dst=dst)
+    with doing('collective', f'gather_object(dst={dst})', device=comm_device()): dist.gather_object(obj, out, dst=dst)
     return out
 
 # %% ../../nbs/09_runtime.collectives.ipynb #684e3476
 def _gather_rows(t:torch.Tensor)->list:
     "Every rank's `t` (rows of the same shape and dtype; the count may differ), as a list indexed by rank, on the CPU"
     meta = [None]*dist.get_world_size()
-    with doing('collective', 'gather_in_order'):
+    with doing('collective', 'gather_in_order', device=comm_device()):
         dist.all_gather_object(meta, (len(t), tuple(t.shape[1:]), str(t.dtype)))
     shapes = {(s, d) for n, s, d in meta if n}
     if len(shapes) > 1:
@@ -106,7 +107,7 @@ def _gather_rows(t:torch.Tensor)->list:
     buf = torch.zeros((longest, *shape), dtype=dtype, device=dev)
     if len(t): buf[:len(t)] = t.to(dev)
     parts = [torch.empty_like(buf) for _ in meta]
-    with doing('collective', 'gather_in_order'):
+    with doing('collective', 'gather_in_order', device=dev):
         dist.all_gather(parts, buf)
         return [p[:n].cpu() for p, (n, _, _) in zip(parts, meta)]  # under NCCL alone: the wait for the peers
 

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/08_runtime.group.ipynb #4ee8fc07
 from __future__ import annotations
-import gc, os, sys, atexit, datetime
+import gc, os, sys, atexit, datetime, inspect, socket
 from contextlib import contextmanager
 import torch
 import torch.distributed as dist
@@ -85,10 +85,79 @@ def _queues_on_gpu()->bool:
     try: return group_backend('cuda') == 'nccl'
     except (RuntimeError, ValueError): return False  # no group
 
-def _use_device(device:torch.device|None, world:World):
-    "Make `rank_device(device, world)` this process's current CUDA device when it is one"
+def _use_device(device:torch.device|None, world:World)->torch.device|None:
+    "Make `rank_device(device, world)` this process's current CUDA device when it is one; returns that device"
     d = rank_device(device, world)
     if d is not None and d.type == 'cuda': torch.cuda.set_device(d)
+    return d
+
+def _backends(backend:str)->dict:
+    "The backend of each device type in torch's backend string: 'nccl' -> {'': 'nccl'}, 'cpu:gloo,cuda:nccl' -> by type"
+    return dict(p.split(':', 1) if ':' in p else ('', p) for p in backend.replace(' ', '').lower().split(','))
+
+def _nccl_for_cuda(backend:str)->bool:
+    "Whether a group of backend string `backend` sends CUDA tensors through NCCL"
+    b = _backends(backend)
+    return b.get('cuda', b.get('')) == 'nccl'
+
+def _gloo_ifname(nccl:str,  # NCCL_SOCKET_IFNAME's value: 'eth', '=eth0', 'ib0,eth1', '^docker,lo'
+                 names,     # this host's network interfaces, in the system's order
+                )->str|None:
+    """The GLOO_SOCKET_IFNAME for NCCL_SOCKET_IFNAME `nccl`: gloo takes exact names, NCCL prefixes ('eth' matches
+    eth0 and eth1) or, after '=', exact names; so the first of this host's interfaces `nccl` matches, one per host
+    (ranks with different numbers of gloo devices would not pair up). None when none matches, or for NCCL's
+    exclusions ('^docker': gloo has none)"""
+    if nccl.startswith('^'): return None
+    exact, want = nccl.startswith('='), [w for w in nccl.lstrip('=').split(',') if w]
+    return next((n for n in names if any(n == w if exact else n.startswith(w) for w in want)), None)
+
+def _default_gloo_ifname(backend:str)->str|None:
+    """Set GLOO_SOCKET_IFNAME from NCCL_SOCKET_IFNAME (`_gloo_ifname`) when only that is set and `backend` has gloo:
+    otherwise gloo binds to the address the host name resolves to (127.0.1.1 on stock Debian/Ubuntu, or a management
+    card) while NCCL uses the interface it was told. Returns the value set, or None"""
+    env = os.environ
+    if 'gloo' not in _backends(backend).values() or 'GLOO_SOCKET_IFNAME' in env or not env.get('NCCL_SOCKET_IFNAME'):
+        return None
+    name = _gloo_ifname(env['NCCL_SOCKET_IFNAME'], [n for _, n in socket.if_nameindex()])
+    if name is not None: env['GLOO_SOCKET_IFNAME'] = name
+    return name
+
+def _ifname_note()->str:
+    "What an error of `init_process_group` under gloo adds: the interfaces gloo and NCCL were told to use, and how"
+    g, n = os.environ.get('GLOO_SOCKET_IFNAME'), os.environ.get('NCCL_SOCKET_IFNAME')
+    say = lambda v: repr(v) if v is not None else 'unset'
+    return (f"gloo connects the ranks through GLOO_SOCKET_IFNAME={say(g)}"
+            + (" (the address the host name resolves to)" if g is None else "")
+            + f", NCCL through NCCL_SOCKET_IFNAME={say(n)}: across nodes, set NCCL_SOCKET_IFNAME (GLOO_SOCKET_IFNAME "
+            "defaults to it) or both to the network interface the nodes reach each other on, e.g. eth0 (`ip -br addr`)")
+
+def _device_id(backend:str, device:torch.device|None)->dict:
+    """`init_process_group`'s `device_id` argument as a dict: `{'device_id': device}` when `device` is a GPU with an
+    index, the group sends CUDA tensors through NCCL and this torch has the argument (2.3 and later). Then NCCL forms
+    its communicator in `init_process_group` (ncclCommInitRank at once rather than at the first collective, so a
+    failure shows there), the group knows its GPU (no guess from the rank) and later groups are split from it. gloo
+    has no use for it: torch rejects a CPU `device_id` and eagerly connects only a backend that splits (NCCL), so a
+    gloo-only group, or a CPU device, gets `{}`"""
+    if device is None or device.type != 'cuda' or device.index is None or not _nccl_for_cuda(backend): return {}
+    if 'device_id' not in inspect.signature(dist.init_process_group).parameters: return {}
+    return {'device_id': device}
+
+def _refuse_shared_gpu(store,                   # the group's store (a PrefixStore of its own)
+                       device:torch.device|None, # this rank's device
+                       backend:str,              # the group's backend string
+                       world:World):             # where this process stands
+    """Raise `ValueError` when this rank's GPU was taken by another rank of the group and the group's CUDA backend
+    is NCCL, which cannot put two ranks on one GPU (it fails later with "Duplicate GPU detected"): more processes on
+    a node than GPUs. Told apart by the GPU's UUID (one `store.add` per rank), so GPUs bound one per task (Slurm's
+    `--gpus-per-task=1`, each seeing its own as `cuda:0`) are not refused"""
+    if device is None or device.type != 'cuda' or not _nccl_for_cuda(backend): return
+    uuid = getattr(torch.cuda.get_device_properties(device), 'uuid', None)
+    if uuid is None or store.add(f'gpu/{uuid}', 1) == 1: return
+    n = torch.cuda.device_count()
+    raise ValueError(f"rank {world.rank} would share GPU {device} with another rank: {world.local_world_size} "
+                     f"processes on its node, {n} GPU(s) visible to each, and NCCL runs one rank per GPU. Start at "
+                     f"most one process per GPU (python -m distrib.launch --nproc_per_node {n}), or pass "
+                     "backend='gloo' to share a GPU")
 
 def nccl_grace(timeout:datetime.timedelta)->datetime.timedelta:
     "What the NCCL backend of a group waits beyond the group's `timeout`: max(60 s, 10 % of it)"
@@ -111,16 +180,20 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
     """Create the default process group for `world`, which lives until `teardown_distrib` or the end of the
     process. Returns False, doing nothing, when a group exists already or the world has one process. Raises
     `WorldError` for inconsistent environment variables or an unknown rank-0 address, `RuntimeError` when a CUDA
-    device is asked for without CUDA and `ValueError` for a GPU index this process does not see (`rank_device`);
+    device is asked for without CUDA, `ValueError` for a GPU index this process does not see (`rank_device`) or a GPU
+    another rank took under NCCL (more processes than GPUs: `_refuse_shared_gpu`); a gloo group's
+    GLOO_SOCKET_IFNAME defaults to NCCL_SOCKET_IFNAME when only that is set, and its init errors name both;
     torch's own errors (a rendezvous that times out) pass through, or, once liveness runs, the
     `CollectiveTimeoutError` or `PeerFailedError` that names the ranks at fault (`explain_failure`: a rank that
     never started liveness, or ended, before the group formed)."""
     if isinstance(device, int) and not isinstance(device, bool): device = f'cuda:{device}'
     device = torch.device(device) if device is not None else None
     world = current_world() if world is None else world
-    _use_device(device, world)
+    device = _use_device(device, world)
     if pg_initialized() or world.world_size == 1: return False
     timeout = _timedelta(timeout)
+    backend = backend or default_backend(device)
+    _default_gloo_ifname(backend)
     set_group_state('joining')
     try:
         with doing('setup', 'init_process_group'):
@@ -131,8 +204,12 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
             store.set_timeout(timeout)
             _State.n_groups += 1
             store = dist.PrefixStore(f'distrib/{world.restart_count}/{_State.n_groups}', store)
-            dist.init_process_group(backend or default_backend(device), store=store, rank=rank, world_size=size,
-                                    timeout=timeout)
+            _refuse_shared_gpu(store, device, backend, world)
+            try: dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout,
+                                         **_device_id(backend, device))
+            except Exception as e:
+                if 'gloo' in _backends(backend).values(): e.add_note(_ifname_note())
+                raise
             _nccl_backstop(timeout)
     except BaseException as e:
         err = explain_failure(e, timeout.total_seconds())  # a peer that never came, or ended, named from the store

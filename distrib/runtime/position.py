@@ -121,11 +121,14 @@ def reset_rank_state():
 def doing(kind:str,        # 'setup', 'collective', 'barrier' or 'phase'
           name:str,        # what, in words: 'all_reduce_sum', "Learner.save's barrier", ...
           ident=None,      # what tells two instances apart (a barrier's number); default None
+          device=None,     # a collective's tensors' device: a CUDA event follows it only on 'cuda' (or None: not said)
          ):
     """Context manager: this rank's position says it is doing `name` inside the block. A 'collective' without
     `ident` gets the number of distrib collectives this process entered, so that two ranks in the collective of
     the same name at different points of their scripts (the k-th against the (k+1)-th) are told apart. The block's
-    seconds are added to the state's `waited` (the outermost block only)."""
+    seconds are added to the state's `waited` (the outermost block only). Under queue tracking a collective is
+    recorded queued (`mark_queued`) as the block ends unless `device` is not a CUDA device: gloo's (CPU tensors under
+    'cpu:gloo,cuda:nccl') are done when they return, and an event after one would wait for the GPU's earlier work."""
     st = _STATE
     if kind == 'collective' and ident is None:
         st.colls += 1
@@ -138,7 +141,8 @@ def doing(kind:str,        # 'setup', 'collective', 'barrier' or 'phase'
     finally:
         st.ops = prev
         if start is not None: st.waited += time.perf_counter() - start
-    if kind == 'collective' and st.track_queued: mark_queued(name, ident=ident)  # NCCL's may still be on the GPU
+    if kind == 'collective' and st.track_queued and (device is None or torch.device(device).type == 'cuda'):
+        mark_queued(name, ident=ident)  # NCCL's may still be on the GPU
 
 def seconds_or_none(value,      # a number of seconds, or None
                     said:str,   # how the caller was given it, `{!r}` standing for it: 'stall_timeout={!r}'

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/06_runtime.waits.ipynb #fba06e28
 from __future__ import annotations
-import json, time, zlib, datetime
+import json, time, zlib, datetime, threading
 import torch.distributed as dist
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, traceback_collective,
                                     blame_text)
@@ -19,7 +19,7 @@ __all__ = ['MISMATCH_AFTER', 'LONG_WAIT', 'SILENT', 'peer_heartbeats', 'late_how
 
 # %% ../../nbs/06_runtime.waits.ipynb #3acf805b
 MISMATCH_AFTER = 3.0  # seconds a rank waits in another collective than this one's before the two diverged
-LONG_WAIT = 300.      # seconds of one server-side wait when nothing is to be checked before (a failure wakes it)
+LONG_WAIT = 86400.    # seconds of one server-side wait when nothing is to be checked before (a failure wakes it)
 
 def peer_heartbeats(ranks, store=None)->dict:
     """The last heartbeat of each rank of `ranks` that published one, by rank: one `check` of them all, then one
@@ -58,30 +58,72 @@ def _failed(what:str, rank:int):
     blame = blame_of(info)
     raise PeerFailedError(f"rank {rank} stops waiting in {what}: the job failed: {blame_text(blame)}", blame)
 
+class _Waiter:
+    """A clone of the job's store (`Store.clone`: its own connection, torch >= 2.8) on which a daemon thread waits
+    for one key at a time in one untimed server-side `wait`, while the main thread keeps the rank's own client for
+    its looks at the heartbeats and sleeps on `done` until the next one. No wait of the store's client times out, so
+    torch's client logs nothing (each client-side timeout prints two `[c10d] waitForInput` warnings)"""
+    cache = None      # (the store cloned, its clone) of a finished wait, for the next one
+    def __init__(self, store):
+        c, _Waiter.cache = _Waiter.cache, None
+        self.conn = c[1] if c is not None and c[0] is store else store.clone()
+        self.store, self.done, self.error = store, threading.Event(), None
+    def start(self, keys:list):
+        "Start the wait for `keys`; `done` is set once they are set (or the wait failed: `error`)"
+        threading.Thread(target=self._run, args=(keys,), daemon=True, name='distrib-wait').start()
+        return self
+    def _run(self, keys:list):
+        try: self.conn.wait(keys, datetime.timedelta(seconds=LONG_WAIT))
+        except Exception as e: self.error = e  # handed to the main thread, which raises it (or waits again)
+        finally: self.done.set()
+    def close(self):
+        "Keep the clone for the next wait, unless this one is still blocked in it (abandoned: it is left there)"
+        if self.done.is_set(): _Waiter.cache = (self.store, self.conn)
+
+def _wait_quietly(s, keys:list, seconds:float)->bool:
+    "Whether `keys` were set in store `s` within `seconds`, waited for on a `_Waiter` (torch's client logs nothing)"
+    w = _Waiter(s).start(keys)
+    try: done = w.done.wait(seconds)
+    finally: w.close()
+    if done and w.error is not None: raise w.error
+    return done
+
+def _value(s, key:str, what:str, rank:int)->str:
+    "The value of `key`, set: returned, or, when it is the watchdog's 'failed', the job's failure raised"
+    st = rank_state()
+    _failed(what, rank)
+    v = s.get(key)
+    if v != b'failed': return v.decode()
+    st.failure = st.failure or job_failure(s)  # woken by another rank's watchdog: the failure is in the store
+    _failed(what, rank)
+    raise PeerFailedError(f"rank {rank} stops waiting in {what}: the job failed", {})
+
 def _wait_key(key:str, what:str, check=None)->str:
     """Return the value of `key` once it is set in the job's store, waiting in server-side `wait`s (no polling),
     while this rank's position says it waits in `what`. The watchdog sets `key` to 'failed' to wake it when the job
     failed (`_failed` raises). `check(now)`, when given, runs first as `check(None)`, which returns the time of its
-    first look, then at each time it returned: it raises, or returns the time of its next look (None: never)."""
+    first look, then at each time it returned: it raises, or returns the time of its next look (None: never).
+    With looks to make, the store's wait runs on a clone of the client in a thread (`_Waiter`) and the main thread
+    sleeps until the next look: no wait times out in torch's client, which would log two lines each time."""
     st = rank_state()
     s, rank = st.main, st.world.rank
     st.wait_key = key
     try:
         _failed(what, rank)
         nxt = check(None) if check is not None else None
-        while True:
-            secs = LONG_WAIT if nxt is None else max(nxt - time.monotonic(), 0.01)
-            try: s.wait([key], datetime.timedelta(seconds=secs))
-            except dist.DistStoreError:  # its timeout: time for the check (or another long wait)
+        if nxt is None:    # nothing to look at: one wait of a day, woken by the key or by the watchdog
+            while True:
+                try: s.wait([key], datetime.timedelta(seconds=LONG_WAIT)); return _value(s, key, what, rank)
+                except dist.DistStoreError: _failed(what, rank)  # a day passed: wait again
+        w = _Waiter(s).start([key])
+        try:
+            while not w.done.wait(max(nxt - time.monotonic(), 0.01) if nxt is not None else LONG_WAIT):
                 _failed(what, rank)
                 if nxt is not None and time.monotonic() >= nxt: nxt = check(time.monotonic())
-                continue
-            _failed(what, rank)
-            v = s.get(key)
-            if v != b'failed': return v.decode()
-            st.failure = st.failure or job_failure(s)  # woken by another rank's watchdog: the failure is in the store
-            _failed(what, rank)
-            raise PeerFailedError(f"rank {rank} stops waiting in {what}: the job failed", {})
+        finally: w.close()
+        if isinstance(w.error, dist.DistStoreError): return _wait_key(key, what, check)  # a day passed (no look due)
+        if w.error is not None: raise w.error
+        return _value(s, key, what, rank)
     finally: st.wait_key = None
 
 def _stall_check(pending, what:str, stall_after:float|None, start:float, ranks=None):
@@ -205,8 +247,7 @@ def explain_failure(e:BaseException,          # an exception this rank raised
     try:
         info = st.failure or job_failure(s)
         if info is None and int(s.add('explain', 1)) > 1:  # another rank explains it: wait for its report
-            try: s.wait(['failure/1'], datetime.timedelta(seconds=GRACE + 1))
-            except dist.DistStoreError: return e
+            if not _wait_quietly(s, ['failure/1'], GRACE + 1): return e
             info = job_failure(s)
         if info is not None and info.get('rank') != w.rank:
             blame = blame_of(info)
@@ -222,9 +263,7 @@ def explain_failure(e:BaseException,          # an exception this rank raised
         if how is not None: gone[r] = {'how': how, 'where': heartbeat_where(hb)}
         quiet = quiet or proc == 'gone' and hb.get('state') != 'exited'
     if quiet and exits_recorded():  # a process gone without a goodbye: its launcher's record says how it ended
-        try:
-            s.wait(['failure/1'], datetime.timedelta(seconds=EXIT_RECORD_WAIT))
-            info = job_failure(s)
+        try: info = job_failure(s) if _wait_quietly(s, ['failure/1'], EXIT_RECORD_WAIT) else None
         except Exception: info = None  # none came (another exit code: the launcher ends the job): the verdict below
         if info is not None and info.get('rank') != w.rank:
             blame = blame_of(info)

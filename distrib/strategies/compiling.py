@@ -4,12 +4,13 @@
 
 # %% ../../nbs/36_strategies.compiling.ipynb #38294687
 from __future__ import annotations
-import inspect
+import inspect, os, shutil
 import torch
 import torch.distributed as dist
+from ..model import model_device
 
 # %% auto #0
-__all__ = ['compile_options', 'compile_forwards', 'restore_forwards', 'check_ddp_buckets']
+__all__ = ['compile_options', 'check_compiler', 'compile_forwards', 'restore_forwards', 'check_ddp_buckets']
 
 # %% ../../nbs/36_strategies.compiling.ipynb #b4a9feb9
 _COMPILE_OWN_ARGS = ('model',)
@@ -32,12 +33,39 @@ def _calling(f):
     def forward(*args, **kwargs): return f(*args, **kwargs)
     return forward
 
+_CC_HINT = ("install one (Debian/Ubuntu: `apt-get install gcc g++`; RHEL/Fedora: `dnf install gcc gcc-c++`; conda: "
+            "`conda install -c conda-forge gcc gxx`) or point {var} at one")
+
+def _compiler(device_type:str)->str|None:
+    """The compiler inductor needs for code on `device_type`, or None when there is none: on 'cuda' Triton's C
+    compiler (`CC`, else gcc, else clang on PATH: triton/runtime/build.py), elsewhere inductor's C++ one (`CXX`,
+    else g++, else clang++)"""
+    if device_type == 'cuda': return os.environ.get('CC') or shutil.which('gcc') or shutil.which('clang')
+    return os.environ.get('CXX') or shutil.which('g++') or shutil.which('clang++')
+
+def check_compiler(options:dict,                     # keyword arguments of `torch.compile`
+                   device:torch.device|str|None=None, # where the compiled code runs; None: the CPU
+                  ):
+    """Raise `RuntimeError` when `options`' backend is inductor (torch.compile's default) and the compiler it needs
+    on `device` is missing (`CC`/gcc/clang for Triton on a GPU, `CXX`/g++/clang++ on the CPU), saying what to install;
+    any other backend passes"""
+    if options.get('backend', 'inductor') != 'inductor': return
+    kind = torch.device(device).type if device is not None else 'cpu'
+    if _compiler(kind) is not None: return
+    if kind == 'cuda': what, var, names = "a C compiler for Triton's GPU kernels", 'CC', 'gcc, clang'
+    else: what, var, names = "a C++ compiler for its CPU kernels", 'CXX', 'g++, clang++'
+    raise RuntimeError(f"compile: torch.compile's inductor needs {what}, and there is none ({var} is unset and none of "
+                       f"{names} is on PATH): {_CC_HINT.format(var=var)}; or pass compile=False, or "
+                       "compile={'backend': 'aot_eager'} (no compiler needed)")
+
 def compile_forwards(modules:list,   # the modules whose `forward` is compiled, each once
                      options:dict,    # keyword arguments of `torch.compile`
                     )->list:          # what `restore_forwards` needs
     """Replace the `forward` of each of `modules`, in place, by `torch.compile(**options)` of it (an instance
     attribute: parameter names, classes and state dicts are unchanged). Compiling is lazy: it happens at the first
-    call. Raises what `torch.compile` raises for bad options, with every forward put back."""
+    call. Raises what `torch.compile` raises for bad options, with every forward put back, and `check_compiler`'s
+    `RuntimeError` when inductor's compiler for the modules' device is missing."""
+    if modules: check_compiler(options, model_device(modules[0]))
     saved = []
     try:
         for m in modules:

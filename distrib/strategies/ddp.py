@@ -202,7 +202,7 @@ class DistributedTrainer(Callback):
         if self.sync_bn: self.swapped = convert_sync_batchnorm(model)
         device_ids = [device.index] if device.type == 'cuda' and device.index is not None else None
         check_models(model)  # before DDP: its broadcast of different dtypes would abort the process
-        with doing('collective', "DistributedDataParallel's construction"):
+        with doing('collective', "DistributedDataParallel's construction", device=device):
             ddp = DistributedModule(model, device_ids=device_ids, **self.ddp_kwargs)
         self.forward_collective = ("DistributedDataParallel's buffer broadcast in forward" if ddp.broadcast_buffers
                                    and any(True for _ in model.buffers()) else None)
@@ -275,7 +275,7 @@ class DistributedTrainer(Callback):
     def after_train(self):
         """Every rank takes rank 0's buffers (BatchNorm running statistics): DDP broadcasts them before each
         forward, but the last forward updated each rank's own, so they differ until now."""
-        with doing('collective', "the broadcast of rank 0's buffers at after_train"):
+        with doing('collective', "the broadcast of rank 0's buffers at after_train", device=model_device(self.inner)):
             for b in self.inner.buffers(): dist.broadcast(b, src=0)
 
     def before_validate(self):

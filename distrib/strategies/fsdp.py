@@ -126,6 +126,25 @@ def _one_device(model:nn.Module)->torch.device|None:
     ds = {t.device for t in itertools.chain(model.parameters(), model.buffers())}
     return ds.pop() if len(ds) == 1 else None
 
+def _meta_copy(model:nn.Module)->nn.Module:
+    """A copy of `model` whose parameters and buffers are on the meta device: no memory, with their shapes, dtypes,
+    `requires_grad` and ties (a tensor shared by two modules stays one). FSDP2 shards such a model, then `to_empty`
+    gives it its shards and a state dict load their values (torch's meta-device initialisation of `fully_shard`)"""
+    memo = {}
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        if id(t) in memo: continue
+        e = torch.empty_like(t, device='meta')
+        memo[id(t)] = nn.Parameter(e, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else e
+    return copy.deepcopy(model, memo)
+
+@torch.no_grad()
+def _fill_buffers(sharded:nn.Module, model:nn.Module, device:torch.device):
+    "Every buffer of `sharded` a copy, on `device`, of `model`'s of the same name (not persistent ones too)"
+    src = dict(model.named_buffers())
+    for name, _ in list(sharded.named_buffers()):
+        mod, _, attr = name.rpartition('.')
+        sharded.get_submodule(mod)._buffers[attr] = src[name].to(device, copy=True)
+
 def _whole(t, device=None):
     "`t` whole: a `DTensor` gathered (a collective), moved to `device` unless 0-d (a step count stays where it is)"
     if _is_dtensor(t): t = t.full_tensor()
@@ -194,14 +213,16 @@ class FSDPTrainer(DistributedTrainer):
         if self.cpu_offload: kw['offload_policy'] = CPUOffloadPolicy(pin_memory=device.type == 'cuda')
         self.plain_opt, self.sharded_opt, home = learn.opt, None, _one_device(model)
         # The Learner's model and optimizer state wait in CPU memory, not whole on the GPU beside the shards; the copy
-        # is made there too, and `fully_shard` moves each block to `device` as it shards it
+        # is made on the meta device and sharded there, then given its shards only: one whole copy in host memory
         self.parked = (model, home) if home is not None and home.type != 'cpu' else None
         if self.parked: move_model(model, learn.opt, torch.device('cpu'))
         try:
-            sharded = copy.deepcopy(model)
+            sharded = _meta_copy(model)
             self.units = shard_model(sharded, init_device_mesh(device.type, (dist.get_world_size(),)),
                                      self.shard_classes, self.min_params, **kw)
             if not averages: _sum_then_divide(self.units)
+            sharded.to_empty(device='cpu' if self.cpu_offload else device)   # offloaded shards live in CPU memory
+            _fill_buffers(sharded, model, device)   # FSDP2 does not shard buffers: they compute on `device`
             set_full_model_state(sharded, model.state_dict(), from_rank0=True)
             if learn.opt is not None:   # the Learner gets it in `wrap`, once nothing else can fail
                 self.sharded_opt = learn.opt_func(sharded.parameters(), lr=learn.lr)

@@ -90,7 +90,7 @@ def _agree(fields:dict, what:str, hint:str):
     whatever the model's device: the CPU unless the group has NCCL alone (which has no CPU backend)"""
     ws, h = dist.get_world_size(), _digest(fields)
     t = torch.tensor([h, -h], dtype=torch.int64, device=comm_device())
-    with doing('collective', 'the pre-flight check'):
+    with doing('collective', 'the pre-flight check', device=t.device):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         if t[0].item() == -t[1].item(): return
         per_rank = [None]*ws

@@ -111,6 +111,7 @@ learn.progress.enabled = False
 # a short timeout also bounds the rendezvous: on a loaded machine one rank may start seconds after the other, so
 # first meet in a group with a long timeout (its teardown is a barrier), then create the short-timeout group together
 setup_distrib(timeout=120); teardown_distrib()
+if mode == 'phase_report': setup_distrib(timeout=2)  # rank 1 looks at rank 0 every 2 s while it waits for it
 if mode in ('reset0', 'stall_report', 'phase_report', 'phase_timeout'): rank0_first(download)
 if mode == 'phase_report': print(f"rank {rank} finished: the fault did not happen", flush=True); sys.exit(0)
 try:

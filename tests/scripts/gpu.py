@@ -7,9 +7,10 @@ then proven before a GPU is lent); the checks that need CUDA are skipped, and te
 (`ONE_CUDA`, `TWO_CUDA`, `cuda_only`).
 
 MODE:
-- `one`: one process (W=1): a world of one trains on the device (no group); MixedPrecision float16/bf16; Checkpoint
-  resumed bit for bit; lr_find; on a GPU also a GPU checkpoint loaded on CPU and back, parallel_ctx from a CPU model,
-  FSDP on one rank (the Learner's model off the GPU meanwhile).
+- `one`: one process (W=1): a world of one trains on the device (no group); MixedPrecision float16 (skipped steps,
+  the scale resumed) and bf16; Checkpoint resumed bit for bit; lr_find on the device; FSDP on one rank, and
+  FSDPTrainer after a plain fit (on a GPU the Learner's model off the GPU meanwhile); on a GPU also a GPU checkpoint
+  loaded on CPU and back, parallel_ctx from a CPU model.
 - `two`: W=2 processes with the default backend ('cpu:gloo,cuda:nccl' on GPUs, one each, `device='cuda'`; gloo on
   CPU): torch's timeouts (NCCL's with distrib's grace); equal to one process with the global batch (and with compile=True); each comm hook against its own reference;
   SyncBatchNorm against the global batch's statistics; MixedPrecision under DDP; a Checkpoint resumed under DDP;
@@ -17,7 +18,8 @@ MODE:
 - `share`: W=2 processes sharing GPU 0 over gloo: equal to one process with the global batch.
 - `nccl`: W=2, backend='nccl' given explicitly (no CPU backend): collectives, FSDP's pre-flight, equal to one process.
 - `place`: one process started with `--gpus 0` sees GPU 0 alone and trains there.
-- `fail`: rank W-1 raises in `before_batch` (the launcher must name it); NCCL when there is a GPU per rank.
+- `fail`: W >= 2 ranks over NCCL, a GPU each (an NCCL all-reduce first); rank W-1 raises in `before_batch` (the
+  launcher must name it).
 - `queued`: W=2, `backend='nccl'` on GPUs (gloo on CPU): a collective that returns once queued (issue 34's item 7)
   is followed by the watchdog: rank 1 holds until rank 0's heartbeat in the store says rank 0 waits in it, queued,
   its main thread gone on; it stops saying so once the collective is done. `all_reduce_sum` (on CPU a gloo
@@ -83,9 +85,18 @@ def weights(learn):
     ps = [p.full_tensor() if hasattr(p, 'full_tensor') else p for p in unwrap_model(learn.model).parameters()]
     return torch.cat([p.detach().float().cpu().flatten() for p in ps])
 
+def sharded(learn)->bool:
+    "Every parameter of the Learner's model is a shard (a DTensor): FSDP is on"
+    return all(hasattr(p, 'full_tensor') for p in unwrap_model(learn.model).parameters())
+
 def close(a, b, tol, name):
     d = (a - b).abs().max().item()
     assert d <= tol, f'{name}: max difference {d} > {tol}'
+
+class Count(Callback):
+    "The training batches of the fit: a resumed one has fewer than a fit from scratch"
+    def before_fit(self): self.n = 0
+    def after_batch(self): self.n += self.learn.training
 
 class SetEpoch(Callback):
     "The one-process reference sets its DistributedDL's epoch itself (DistributedTrainer does under distrib_ctx)"
@@ -131,13 +142,13 @@ def one():
     assert learn.recorder.values == ref_v
     ok('world_of_one_equals_plain')
 
-    if CUDA:   # float16 on a GPU: a scaler that starts too high skips its first steps; the schedule moves once a step
-        class Skips(Callback):
+    if True:   # float16 (a GradScaler on CPU too): a scaler that starts too high skips its first steps; the schedule
+        class Skips(Callback):   # moves once a step
             order = 20
             def before_fit(self): self.taken = 0
             def after_step(self): self.taken += 1
             def after_cancel_step(self): self.taken -= 1
-        learn = learner(make_model().cuda(), cbs=[MixedPrecision('fp16', init_scale=2.**40), Skips()])
+        learn = learner(make_model().to(DEV), cbs=[MixedPrecision('fp16', init_scale=2.**40), Skips()])
         learn.fit(1, cbs=ParamScheduler({'lr': SchedLin(0.05, 0.)}))
         n = len(learn.dls.train)
         mp, lrs = learn.mixed_precision, learn.recorder.hps['lr']
@@ -146,10 +157,13 @@ def one():
         close(torch.tensor(lrs), torch.tensor([0.05*(1 - k/n) for k in range(n)]), 1e-12, 'schedule over skipped steps')
         ok('fp16_skipped_step_counted')
     with tempfile.TemporaryDirectory() as d:   # the loss scale resumes (a GradScaler on CPU too)
-        a = learner(make_model().to(DEV), cbs=[MixedPrecision('fp16'), Checkpoint(d, every_n_steps=2)]); a.fit(1)
+        big = dict(init_scale=2.**40)   # a's first steps overflow: its scale ends far below the initial one
+        a = learner(make_model().to(DEV), cbs=[MixedPrecision('fp16', **big), Checkpoint(d, every_n_steps=2)]); a.fit(1)
         scale = a.mixed_precision.scaler.get_scale()
-        b = learner(make_model().to(DEV), cbs=[MixedPrecision('fp16'), Checkpoint(d, every_n_steps=2)])
+        b = learner(make_model().to(DEV), cbs=[MixedPrecision('fp16', **big), ck := Checkpoint(d, every_n_steps=2),
+                                              cnt := Count()])
         b.fit(1)   # resumes from the end of epoch 0: nothing left to train, the state is loaded
+        assert scale < big['init_scale'] and ck.resumed_from is not None and cnt.n == 0, (scale, ck.resumed_from, cnt.n)
         assert b.mixed_precision.scaler.get_scale() == scale, (b.mixed_precision.scaler.get_scale(), scale)
     ok('fp16_scale_resumes')
     learn = learner(make_model().to(DEV), cbs=MixedPrecision('bf16'))
@@ -172,17 +186,27 @@ def one():
         try: part.fit(2)
         except SystemExit: pass
         set_seed(123, reproducible=True)   # other random states: the checkpoint's must win
-        rest = learner(make_model(dropout=0.3).to(DEV), cbs=Checkpoint(d, every_n_steps=1)); rest.fit(2)
+        rest = learner(make_model(dropout=0.3).to(DEV), cbs=[ck := Checkpoint(d, every_n_steps=1), cnt := Count()])
+        rest.fit(2)
+    assert ck.resumed_from is not None and 0 < cnt.n < 2 * (N // BS), (ck.resumed_from, cnt.n)   # it resumed
     assert torch.equal(weights(rest), weights(full)), (weights(rest) - weights(full)).abs().max()
     assert rest.recorder.values == full.recorder.values
     ok('checkpoint_exact')
     torch.use_deterministic_algorithms(False)
 
-    learn = learner(make_model(), cbs=ParamScheduler({'lr': SchedLin(1e-3, 1e-2)}))
+    class Where(Callback):   # where the predictions were computed
+        def before_fit(self): self.devs = set()
+        def after_pred(self): self.devs.add(self.learn.pred.device.type)
+    learn = learner(make_model().to(DEV), cbs=[ParamScheduler({'lr': SchedLin(1e-3, 1e-2)}), where := Where()])
     s = learn.lr_find(num_it=30, show_plot=False)
     assert 1e-7 < s.valley < 10
+    assert where.devs == {DEV} and next(learn.model.parameters()).device.type == DEV, (where.devs, DEV)
     ok('lr_find')
-    if not CUDA: return
+    if CUDA: one_gpu(ref_w)
+    one_fsdp(ref_w)
+
+def one_gpu(ref_w):
+    "The checks of job `one` that need CUDA itself"
 
     with tempfile.TemporaryDirectory() as d:   # a checkpoint saved on GPU loads on CPU, and back
         g = learner(make_model().cuda(), path=d); g.fit(1); g.save('m')
@@ -201,36 +225,44 @@ def one():
     assert next(learn.model.parameters()).device == torch.device('cuda', 0)
     ok('parallel_ctx_one_gpu')
 
-    # FSDP2 on one rank: distrib_ctx does not wrap in a world of one, so shard the model on a one-rank mesh
-    # (init_device_mesh creates the one-rank group from torchrun's variables); last: the group stays
+def one_fsdp(ref_w):
+    """FSDP2 on one rank: distrib_ctx does not wrap in a world of one, so shard the model on a one-rank mesh
+    (init_device_mesh creates the one-rank group from torchrun's variables); last: the group stays"""
     from torch.distributed.device_mesh import init_device_mesh
-    m = make_model().cuda()
-    shard_model(m, init_device_mesh('cuda', (1,)), shard_classes=(nn.Linear,))
+    m = make_model().to(DEV)
+    shard_model(m, init_device_mesh(DEV, (1,)), shard_classes=(nn.Linear,))
     learn = learner(m, dls=reference_dls()); learn.fit(2, cbs=SetEpoch())
     assert any(hasattr(p, 'full_tensor') for p in m.parameters()), 'not sharded'
     close(weights(learn), ref_w, 1e-5, 'fsdp one rank')
     ok('fsdp_one_rank')
 
-    # FSDPTrainer (one-rank group): the Learner's model waits in CPU memory with its Adam state while the shards train
+    # FSDPTrainer (one-rank group) after a plain epoch: on a GPU the Learner's model waits in CPU memory with its Adam
+    # state while the shards train. Like with like: the reference fits twice too, every fit in the trainer's order (a
+    # one-rank DistributedDL at the fit's epoch 0: a fit starts at epoch 0), Adam's state carried across
     def wide():
         torch.manual_seed(0)
-        return Seq(nn.Linear(8, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1)).cuda()
-    plain = learner(wide()); plain.model.seen = set(); plain.fit(2)
-    m = wide(); m.seen = set(); learn = learner(m); learn.fit(1)
+        m = Seq(nn.Linear(8, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1)).to(DEV)
+        m.seen = set()
+        return m
+    plain = learner(wide(), dls=reference_dls())
+    for _ in range(2): plain.fit(1, cbs=SetEpoch())
+    m = wide(); learn = learner(m, dls=reference_dls()); learn.fit(1, cbs=SetEpoch())
     P = sum(p.nbytes for p in m.parameters())
-    before = torch.cuda.memory_allocated()   # the model, its Adam state (2 x P), maybe its gradients
+    before = torch.cuda.memory_allocated() if CUDA else 0   # the model, its Adam state (2 x P), maybe its gradients
     class During(Callback):
-        def before_fit(self): self.peak, self.home = 0, next(m.parameters()).device
-        def after_batch(self): self.peak = max(self.peak, torch.cuda.memory_allocated())
+        def before_fit(self): self.peak, self.home, self.n = 0, next(m.parameters()).device, 0
+        def after_batch(self):
+            self.n += self.learn.training
+            if CUDA: self.peak = max(self.peak, torch.cuda.memory_allocated())
     learn.to_distributed(strategy='fsdp', shard_classes=nn.Linear)
     try: learn.fit(1, cbs=(d := During()))
     finally: learn.detach_distributed()
-    assert d.home.type == 'cpu', f"the Learner's model stayed on {d.home} during fit"
+    assert d.n == len(learn.dls.train) and d.home.type == 'cpu', (d.n, d.home)   # on a GPU: parked in CPU memory
     mib = lambda b: f'{b/2**20:.1f} MiB'
-    assert d.peak < before + 2*P, f'peak {mib(d.peak)} during fit, {mib(before)} before, P={mib(P)}'
-    assert next(m.parameters()).device.type == 'cuda' and learn.model is m
-    assert all(v.device.type == 'cuda' for s in learn.opt.state.values() for v in s.values() if v.dim())
-    close(weights(learn), weights(plain), 1e-5, 'fsdp trainer, model parked on CPU')
+    if CUDA: assert d.peak < before + 2*P, f'peak {mib(d.peak)} during fit, {mib(before)} before, P={mib(P)}'
+    assert next(m.parameters()).device.type == DEV and learn.model is m
+    assert all(v.device.type == DEV for s in learn.opt.state.values() for v in s.values() if v.dim())
+    close(weights(learn), weights(plain), 1e-5, 'fsdp trainer after a plain fit')
     ok('fsdp_model_off_gpu')
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -308,15 +340,20 @@ def several():
     close(weights(learn), ref_w, 1e-5, f'{mode}: W={W} against one process')
     for a, b in zip(learn.recorder.values, ref_v): close(torch.tensor(a), torch.tensor(b), 1e-5, f'{mode} values')
     ok(f'{mode}_equals_one_process')
-    if mode == 'share' or mode == 'two' and (CUDA or os.environ.get('DISTRIB_TEST_COMPILE')):
-        learn = learner(make_model().to(device), bs=BS // W)
+    if mode in ('share', 'two'):   # compile=True (on CPU too: inductor's C++ kernels, a few seconds)
+        from torch._dynamo.utils import counters
+        graphs = lambda: counters['stats'].get('unique_graphs', 0)
+        learn, n0 = learner(make_model().to(device), bs=BS // W), graphs()
         with learn.distrib_ctx(device=ctx_device, compile=True): learn.fit(2)
+        assert graphs() > n0, f'{mode}: compile=True compiled no graph'
         close(weights(learn), ref_w, 1e-4, f'{mode}: compile=True')
         ok(f'{mode}_compile')
     if mode == 'share': return
     if mode == 'nccl':   # FSDP's pre-flight with NCCL alone (no CPU backend): item 5
         learn = learner(make_model(), bs=BS // W)   # on the CPU: FSDPTrainer moves it
-        with learn.distrib_ctx(device=device, strategy='fsdp', shard_classes=nn.Linear): learn.fit(2)
+        with learn.distrib_ctx(device=device, strategy='fsdp', shard_classes=nn.Linear):
+            learn.fit(2)
+            assert sharded(learn), 'strategy=fsdp under backend nccl: the model is not sharded'
         close(weights(learn), ref_w, 1e-5, 'fsdp under backend nccl')
         ok('nccl_fsdp')
         return
@@ -360,13 +397,19 @@ def several():
     else: assert d > 1e-3, f'without SyncBatchNorm the local statistics equal the global ones ({d}): the check cannot fail'
     ok('sync_bn' if CUDA else 'sync_bn_reference')
 
-    # MixedPrecision under DDP: equal to one process under the same MixedPrecision
-    dtype = 'fp16' if CUDA else 'bf16'
-    mp_w, _ = reference(cbs=[MixedPrecision(dtype)], device=device)
-    learn = learner(make_model().to(device), bs=BS // W, cbs=MixedPrecision(dtype))
+    # MixedPrecision('fp16') under DDP: equal to one process under the same MixedPrecision. Like with like: a fixed
+    # loss scale (no growth within the fit, low enough that no step overflows), so that both take every step; with
+    # a dynamic scale starting at 2**16, W ranks of BS/W rows overflow at other steps than one process of BS rows
+    fixed = dict(init_scale=2.**8, growth_interval=10**6)
+    ref = learner(make_model().to(device), dls=reference_dls(), independent=True, cbs=MixedPrecision('fp16', **fixed))
+    ref.fit(2, cbs=SetEpoch())
+    learn = learner(make_model().to(device), bs=BS // W, cbs=MixedPrecision('fp16', **fixed))
     with learn.distrib_ctx(device=ctx_device): learn.fit(2)
-    assert learn.mixed_precision.device_type == DEV
-    close(weights(learn), mp_w, 1e-3, f'MixedPrecision({dtype!r}) under DDP')
+    assert learn.mixed_precision.device_type == DEV and torch.float16 in unwrap_model(learn.model).seen
+    for who, l in (('W ranks', learn), ('one process', ref)):   # a skipped step halves the scale
+        assert l.mixed_precision.scaler.get_scale() == fixed['init_scale'], f'{who} skipped a step: the scale is ' \
+            f'{l.mixed_precision.scaler.get_scale()}'
+    close(weights(learn), weights(ref), 1e-3, "MixedPrecision('fp16') under DDP")
     ok('mixed_precision_ddp')
 
     # Checkpoint under DDP: stopped at a batch, resumed: equal to the uninterrupted fit (item 12)
@@ -378,8 +421,11 @@ def several():
     try:
         with learn.distrib_ctx(device=ctx_device): learn.fit(2)
     except SystemExit: pass
-    learn = learner(make_model().to(device), bs=BS // W, cbs=Checkpoint(d, every_n_steps=1))
+    learn = learner(make_model().to(device), bs=BS // W, cbs=[ck := Checkpoint(d, every_n_steps=1), cnt := Count()])
     with learn.distrib_ctx(device=ctx_device): learn.fit(2)
+    full = 2 * (N // BS)   # training batches of a whole fit, on each rank
+    assert ck.resumed_from is not None and 0 < cnt.n < full, \
+        f'not resumed: {cnt.n} training batches of {full} (resumed from {ck.resumed_from})'
     close(weights(learn), ref_w, 1e-5, 'checkpoint resumed under DDP')
     ok('checkpoint_ddp')
 
@@ -400,13 +446,21 @@ def several():
 
     # FSDP over the W ranks, equal to one process; on GPUs with cpu_offload and MixedPrecision too (item 5)
     learn = learner(make_model(), bs=BS // W)
-    with learn.distrib_ctx(device=ctx_device, strategy='fsdp', shard_classes=nn.Linear): learn.fit(2)
+    with learn.distrib_ctx(device=ctx_device, strategy='fsdp', shard_classes=nn.Linear):
+        learn.fit(2)
+        assert sharded(learn), 'strategy=fsdp: the model is not sharded'
     close(weights(learn), ref_w, 1e-5, 'fsdp')
     ok('fsdp')
     if CUDA:
+        class Shards(Callback):   # during fit: where each shard is, where the batch computed
+            order = 60
+            def before_fit(self): self.shards, self.preds = set(), set()
+            def after_pred(self): self.preds.add(self.learn.pred.device.type)
+            def after_batch(self): self.shards |= {p.to_local().device.type for p in self.learn.model.parameters()}
         learn = learner(make_model(), bs=BS // W)
         with learn.distrib_ctx(device=ctx_device, strategy='fsdp', shard_classes=nn.Linear, cpu_offload=True):
-            learn.fit(2)
+            learn.fit(2, cbs=(sh := Shards()))
+        assert sh.shards == {'cpu'} and sh.preds == {'cuda'}, f'shards on {sh.shards}, computed on {sh.preds}'
         close(weights(learn), ref_w, 1e-5, 'fsdp cpu_offload')
         ok('fsdp_cpu_offload')
         learn = learner(make_model(), bs=BS // W, cbs=MixedPrecision())
@@ -415,6 +469,7 @@ def several():
             mp = learn.mixed_precision
             assert mp.device_type == 'cuda' and mp.autocast_dtype == torch.float16 and mp.scaler is not None, \
                 (mp.device_type, mp.autocast_dtype, mp.scaler)
+            assert sharded(learn) and torch.float16 in unwrap_model(learn.model).seen, unwrap_model(learn.model).seen
         ok('fsdp_offload_mixed_precision')
 
         # DataParallel over two GPUs, from a CPU model, under MixedPrecision('bf16') (item 6)
@@ -436,13 +491,15 @@ def place():   # under `--gpus 0`: this process sees GPU 0 alone, and trains the
     assert next(learn.model.parameters()).device == torch.device('cuda', 0)
     ok('placed')
 
-def fail():
-    n_gpu = torch.cuda.device_count()
-    local = current_world().local_rank
-    nccl = W <= n_gpu
-    device = torch.device('cuda', local if nccl else 0)
+def fail():   # W >= 2 ranks, a GPU each: NCCL
+    assert 2 <= W <= torch.cuda.device_count(), f'{W} ranks, {torch.cuda.device_count()} GPU(s): needs a GPU per rank'
+    device = torch.device('cuda', current_world().local_rank)
     torch.cuda.set_device(device)
-    setup_distrib(backend='nccl' if nccl else 'gloo', timeout=30)
+    setup_distrib(backend='nccl', timeout=30)
+    t = torch.ones(1, device=device)
+    dist.all_reduce(t)   # NCCL runs: a CUDA tensor, a group whose CUDA backend is NCCL
+    assert group_backend('cuda') == 'nccl' and t.item() == W, (group_backend('cuda'), t.item())
+    ok('fail_nccl_ran')
     class Bad(Callback):
         def before_batch(self):
             if rank == W - 1 and self.learn.iter == 2: raise ValueError('bad batch on purpose')
@@ -485,7 +542,7 @@ def queued():
         assert not bad, f'{name}: ' + '; '.join(bad)
         errs.clear()
         ok(name)
-    # NCCL creates its communicator at the first collective, blocking the host until the peers come: done here
+    # a first collective, done: NCCL's communicator (formed in setup_distrib, which gives it device_id) is warm
     all_reduce_sum(torch.ones(1, device=device))
     if CUDA: torch.cuda.synchronize()
 

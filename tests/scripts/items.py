@@ -196,6 +196,29 @@ for name, bs, cbs in (('classifier', B, lambda: []), ('classifier_accumulate', M
     compare(name, a, b, wtol=1e-6)
     check(f'{name}_item_loss', a.loss_sum is not None and b.loss_sum is None)
 
+# Counts known equal (issue 39): a classifier's nn.CrossEntropyLoss() over a TensorDataset whose targets hold no -100
+# sums nothing (one rank's count times W), with and without accumulation, and trains as one process with the global
+# batch; class weights, an ignored target, or a callback that could change the targets before ItemMean: one
+# all-reduce of the count per step, and one process's weights again
+def classifier(bs, cbs=(), loss=None, targets=yc, one=False):
+    kw = dict(data=(xc, targets), valid=(xc[:41], targets[:41]), arch=Classifier, metrics=(),
+              loss_func=loss or nn.CrossEntropyLoss())
+    if one: return one_process(G, **kw), None
+    return distributed(bs, [*cbs, cnt := CountAllReduces()], **kw), cnt
+yi = yc.clone(); yi[::5] = -100
+class Early(Callback):
+    def before_batch(self): pass   # order 0: before ItemMean
+wt = torch.tensor([.5, 1., 2.])
+cases = {'known_equal': (B, [], None, yc, True), 'known_equal_accumulate': (MB, [acc()], None, yc, True),
+         'ignored_target': (B, [], None, yi, False), 'class_weights': (B, [], nn.CrossEntropyLoss(weight=wt), yc, False),
+         'callback_before_item_mean': (B, [Early()], None, yc, False)}
+for name, (bs, cbs, loss, targets, known) in cases.items():
+    (learn, cnt), (one, _) = classifier(bs, cbs, loss, targets), classifier(bs, cbs, loss, targets, one=True)
+    compare(name, learn, one, steps=False)
+    want = [] if known else [('before_batch', True)]*n_steps
+    check(f'{name}_all_reduces', cnt.calls == want and (learn.item_mean._known is not None) == known,
+          f'{cnt.calls[:2]} ({len(cnt.calls)}), known {learn.item_mean._known is not None}')
+
 if FULL:
     # clipping after the rescaling; MixedPrecision: float16's GradScaler (its scale doubling every step) on a model
     # that autocast leaves in float32, exact; bfloat16 on the GRU, within bfloat16's rounding of one process's

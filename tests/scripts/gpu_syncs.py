@@ -1,0 +1,175 @@
+"""Host syncs in a training step (issue 39): a step of `Learner` + DDP with `nn.CrossEntropyLoss()` waits for the
+device nowhere, when the ranks' counts are known equal (no collective) and when the count is all-reduced (on the
+GPU, over NCCL), with `GradientAccumulation('forced_sync')` too; with float16's `GradScaler`, its one read of
+`found_inf` per optimizer step and nothing else.
+Run: python -m distrib.launch --nproc_per_node N tests/scripts/gpu_syncs.py MODE   (DISTRIB_TEST_DEVICE=cuda or cpu)
+- MODE two (N=2; one GPU each on CUDA): `distrib_ctx` under the default backend 'cpu:gloo,cuda:nccl'.
+- MODE one (N=1; one GPU): a group of one rank under 'cpu:gloo,cuda:nccl', DDP over it, and a `DistributedDL` that
+  says 2 ranks, so that `ItemMean` runs its all-reduce (over one rank: the figures are not a real run's, the
+  syncs are).
+Counted from the start of `before_batch` to the end of `after_batch` of every training step but the first two
+(DDP's first steps build its buckets): on CUDA, what `torch.cuda.set_sync_debug_mode('warn')` reports; on CPU,
+the same logic's operations that read a value back to the host or size a result by its values
+(`_local_scalar_dense`: `.item()`, `bool()`, `float()`; `nonzero`, `masked_select`, `unique`) or copy it there
+(`.cpu()`, `.tolist()`, `.numpy()`), which on CUDA wait
+for the device: CUDA's answer substituted (but for the reads of `CPU_ONLY`, which distrib makes only for CPU tensors). Rank 0 prints 'CHECK <name> OK <figures>' per check; a failure raises."""
+import os, sys, traceback, warnings
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import TensorDataset
+from torch.utils._python_dispatch import TorchDispatchMode
+from distrib import (Learner, DataLoaders, Callback, DistributedDL, GradientAccumulation, MixedPrecision,
+                     setup_distrib, teardown_distrib, gather_object)
+import distrib.losses as L
+
+MODE, DEVICE = sys.argv[1], os.environ.get('DISTRIB_TEST_DEVICE', 'cuda')
+CUDA = DEVICE == 'cuda'
+torch.set_num_threads(1)
+if MODE == 'one':   # a real group of one rank (setup_distrib leaves a world of one without a group)
+    dist.init_process_group('cpu:gloo,cuda:nccl' if CUDA else 'gloo', timeout=__import__('datetime').timedelta(seconds=120))
+    W, rank = 2, 0  # what the DistributedDL says
+else:
+    setup_distrib(device=int(os.environ['LOCAL_RANK']) if CUDA else 'cpu', timeout=120)
+    W, rank = dist.get_world_size(), dist.get_rank()
+dev = torch.device('cuda', torch.cuda.current_device() if MODE == 'one' else int(os.environ['LOCAL_RANK'])) \
+      if CUDA else torch.device('cpu')
+if CUDA: torch.cuda.set_device(dev)
+
+def check(name, cond, figures=''):
+    oks = gather_object(bool(cond)) if MODE == 'two' else [bool(cond)]
+    assert all(oks), f'{name} failed on ranks {[r for r, o in enumerate(oks) if not o]}: {figures}'
+    if rank == 0: print(f'CHECK {name} OK {figures}', flush=True)
+
+# Reads that distrib makes on CPU only, where there is no device to wait for, and not on CUDA (the same line keeps the
+# value on the device there): `AvgLoss.accumulate` adds a CPU batch loss to a Python float
+CPU_ONLY = {('metrics.py', 'accumulate')}
+
+class _HostReads(TorchDispatchMode):
+    "Counts the operations that wait for a CUDA device to know a value (on CPU: where a GPU would wait)"
+    OPS = {'_local_scalar_dense', 'nonzero', 'masked_select', 'unique', '_unique', '_unique2', 'unique_consecutive'}
+    COPIES = ('cpu', 'tolist', 'numpy')   # a CUDA tensor's copy to the host: no operation on a CPU tensor
+    def __init__(self): super().__init__(); self.seen, self._orig = [], {}
+    def _saw(self, what:str):
+        f = next((f for f in reversed(traceback.extract_stack()[:-2]) if 'torch' not in f.filename), None)
+        if f is None or (os.path.basename(f.filename), f.name) not in CPU_ONLY:
+            self.seen.append(f'{what} at {f.filename}:{f.lineno}' if f else what)
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.name.split('::')[-1] in self.OPS: self._saw(func._schema.name)
+        return func(*args, **(kwargs or {}))
+    def __enter__(self):
+        for name in self.COPIES:
+            orig = self._orig[name] = getattr(torch.Tensor, name)
+            def wrapped(t, *a, _orig=orig, _name=name, **k):
+                self._saw(f'Tensor.{_name}')
+                return _orig(t, *a, **k)
+            setattr(torch.Tensor, name, wrapped)
+        return super().__enter__()
+    def __exit__(self, *exc):
+        for name, orig in self._orig.items(): setattr(torch.Tensor, name, orig)
+        return super().__exit__(*exc)
+
+class Syncs:
+    """The host syncs of each training step after the first `skip`: `steps`, a list of lists of what synced. The
+    window opens once the batch is on the device (after the `Learner` moves it, before `before_batch`: a callback
+    handling `before_batch` before `ItemMean` would make the counts unknown) and closes after every `after_batch`"""
+    def __init__(self, learn, skip=2):
+        self.learn, self.skip, self.steps, self.n, self._on = learn, skip, [], 0, None
+        split = learn._split_batch
+        def split_then_start(b):
+            split(b)
+            self.start()
+        learn._split_batch = split_then_start
+    def start(self):
+        if not self.learn.training: return
+        self.n += 1
+        if self.n <= self.skip: return
+        if CUDA:
+            self._on = warnings.catch_warnings(record=True)
+            self._rec = self._on.__enter__()
+            warnings.simplefilter('always')
+            torch.cuda.set_sync_debug_mode('warn')
+        else:
+            self._on = _HostReads(); self._on.__enter__()
+    def stop(self):
+        if self._on is None: return
+        if CUDA:
+            torch.cuda.set_sync_debug_mode(0)
+            self._on.__exit__(None, None, None)
+            self.steps.append([f'{w.filename}:{w.lineno}' for w in self._rec if 'synchroniz' in str(w.message)])
+        else:
+            self._on.__exit__(None, None, None)
+            self.steps.append(self._on.seen)
+        self._on = None
+class StopSyncs(Callback):
+    "Ends `Syncs`' window after every other callback's `after_batch`"
+    order, syncs = 10**6, None
+    def after_batch(self): self.syncs.stop()
+    def after_cancel_batch(self): self.syncs.stop()
+
+class Where(Callback):
+    "The device each all-reduce of the step's count ran on (`_start_sum`'s buffer)"
+    def before_fit(self):
+        self.devices, self._orig = [], L._start_sum
+        def start(n):
+            work, buf = self._orig(n)
+            self.devices.append(buf.device.type)
+            return work, buf
+        L._start_sum = start
+        self.learn.on_fit_exit(self._restore)
+    def _restore(self): L._start_sum = self._orig
+
+torch.manual_seed(0)
+N, BS, D = 256, 16, 8
+x = torch.randn(N, D)
+y = (x @ torch.randn(D, 4)).argmax(1)
+y_ign = y.clone(); y_ign[::3] = -100   # ignored targets: the ranks' counts differ, the count is all-reduced
+
+def learner(targets, cbs=(), bs=BS):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(D, 32), nn.ReLU(), nn.Linear(32, 4)).to(dev)
+    cbs = [stop := StopSyncs(), where := Where(), *cbs]
+    if MODE == 'one':
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[dev] if CUDA else None)
+        dl = DistributedDL(TensorDataset(x, targets), batch_size=bs, shuffle=True, rank=0, world_size=W)
+        learn = Learner(DataLoaders(dl), ddp, nn.CrossEntropyLoss(), opt_func=torch.optim.SGD, lr=0.1, cbs=cbs)
+    else:
+        learn = Learner(DataLoaders(torch.utils.data.DataLoader(TensorDataset(x, targets), batch_size=bs,
+                                                                  shuffle=True)),
+                        model, nn.CrossEntropyLoss(), opt_func=torch.optim.SGD, lr=0.1, cbs=cbs)
+    learn.progress.enabled, learn.logger = False, lambda *a: None
+    stop.syncs = syncs = Syncs(learn)
+    return learn, syncs, where
+
+def fit(learn):
+    if MODE == 'one': learn.fit(2)
+    else:
+        with learn.distrib_ctx(device=dev): learn.fit(2)
+
+def figures(syncs, where):
+    n = sum(map(len, syncs.steps))
+    first = next((s for s in syncs.steps if s), [])
+    return n, f"{n} host syncs in {len(syncs.steps)} steps{': ' + repr(first[:2]) if first else ''}; " \
+              f"count all-reduced on {sorted(set(where.devices)) or 'none'} {len(where.devices)}x"
+
+cases = [('syncs_known_equal', y, [], True), ('syncs_count_all_reduced', y_ign, [], False),
+         ('syncs_forced_sync', y_ign, [GradientAccumulation(2*W*BS//2, 'forced_sync')], False)]
+for name, targets, cbs, known in cases:
+    bs = BS//2 if cbs else BS
+    learn, syncs, where = learner(targets, cbs, bs)
+    fit(learn)
+    n, figs = figures(syncs, where)
+    on = {'cuda' if CUDA else 'cpu'}
+    ok = (n == 0 and len(syncs.steps) > 0 and (learn.item_mean._known is not None) == known
+          and (not where.devices if known else set(where.devices) == on))
+    check(name, ok, figs)
+
+if CUDA:   # float16 with GradScaler: its found_inf read once per optimizer step, nothing else
+    learn, syncs, where = learner(y_ign, [MixedPrecision('fp16')])
+    fit(learn)
+    per_step = [len(s) for s in syncs.steps]
+    check('syncs_fp16_grad_scaler_only', per_step and all(k == 1 for k in per_step),
+          f'{per_step[:8]} {syncs.steps[0] if syncs.steps else ""}')
+
+if MODE == 'one': dist.destroy_process_group()
+else: teardown_distrib()
