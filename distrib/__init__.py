@@ -9,9 +9,9 @@ __all__ = ['World', 'WorldError', 'detect_world', 'current_world', 'rank_distrib
            'root_failure', 'long_phase', 'liveness_timeout', 'DEFAULT_LIVENESS_TIMEOUT', 'DEFAULT_TIMEOUT',
            'default_backend', 'setup_distrib', 'ensure_distrib', 'teardown_distrib', 'distrib_barrier',
            'distrib_timeout', 'rank0_first', 'broadcast_object', 'all_reduce_mean', 'all_reduce_sum', 'gather_object',
-           'gather_in_order', 'DataLoaders', 'DistributedDL', 'shard_idxs', 'iter_shard', 'IterableShards', 'set_seed',
-           'get_random_states', 'set_random_states', 'save_file', 'load_file', 'Callback', 'events',
-           'CancelFitException', 'CancelEpochException', 'CancelTrainException', 'CancelValidException',
+           'gather_in_order', 'DataLoaders', 'DistributedDL', 'shard_idxs', 'ShardIdxs', 'index_shuffle', 'iter_shard',
+           'IterableShards', 'set_seed', 'get_random_states', 'set_random_states', 'save_file', 'load_file', 'Callback',
+           'events', 'CancelFitException', 'CancelEpochException', 'CancelTrainException', 'CancelValidException',
            'CancelBatchException', 'CancelBackwardException', 'CancelStepException', 'Metric', 'AvgMetric', 'AvgLoss',
            'AccumMetric', 'accuracy', 'item_count', 'sum_and_count', 'batch_loss', 'ItemMean', 'scale_grads_',
            'Recorder', 'ProgressCallback', 'GatherPreds', 'is_sharded', 'full_model_state', 'full_opt_state',
@@ -40,7 +40,7 @@ from .runtime.group import (DEFAULT_TIMEOUT, default_backend, setup_distrib, ens
                            distrib_barrier, distrib_timeout, rank0_first)
 from .runtime.collectives import (broadcast_object, all_reduce_mean, all_reduce_sum, gather_object,
                                          gather_in_order)
-from .data import DataLoaders, DistributedDL, shard_idxs, iter_shard, IterableShards
+from .data import DataLoaders, DistributedDL, shard_idxs, ShardIdxs, index_shuffle, iter_shard, IterableShards
 from .runtime.seed import set_seed, get_random_states, set_random_states
 from .files import save_file, load_file
 from .callback.core import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
@@ -81,7 +81,8 @@ _all_ = ['World', 'WorldError', 'detect_world', 'current_world', 'rank_distrib',
          'liveness_timeout', 'DEFAULT_LIVENESS_TIMEOUT', 'DEFAULT_TIMEOUT', 'default_backend', 'setup_distrib',
          'ensure_distrib', 'teardown_distrib', 'distrib_barrier', 'distrib_timeout', 'rank0_first', 'broadcast_object',
          'all_reduce_mean', 'all_reduce_sum', 'gather_object', 'gather_in_order', 'DataLoaders', 'DistributedDL',
-         'shard_idxs', 'iter_shard', 'IterableShards', 'set_seed', 'get_random_states', 'set_random_states',
+         'shard_idxs', 'ShardIdxs', 'index_shuffle', 'iter_shard', 'IterableShards', 'set_seed', 'get_random_states',
+         'set_random_states',
          'save_file', 'load_file', 'Callback', 'events', 'CancelFitException', 'CancelEpochException',
          'CancelTrainException', 'CancelValidException', 'CancelBatchException', 'CancelBackwardException',
          'CancelStepException', 'Metric', 'AvgMetric', 'AvgLoss', 'AccumMetric', 'accuracy', 'item_count',

@@ -13,7 +13,77 @@ from .runtime.world import current_world, pg_initialized
 from .runtime.collectives import comm_device
 
 # %% auto #0
-__all__ = ['shard_idxs', 'DistributedDL', 'iter_shard', 'IterableShards', 'DataLoaders', 'find_bs']
+__all__ = ['index_shuffle', 'ShardIdxs', 'shard_idxs', 'DistributedDL', 'iter_shard', 'IterableShards', 'DataLoaders', 'find_bs']
+
+# %% ../nbs/11_data.ipynb #c1a7f3e1
+_M32 = 0xFFFFFFFF   # the round function works on 32-bit words held in int64 tensors
+_CHUNK = 16384      # positions computed at once when a shard is iterated: below torch's grain for threads
+
+def _mix32(x:torch.Tensor)->torch.Tensor:
+    """Chris Wellons' `lowbias32` integer hash (github.com/skeeto/hash-prospector) of an int64 tensor of values in
+    [0, 2^32), exact in int64: each product stays below 2^63 in magnitude, so nothing overflows"""
+    x = x ^ (x >> 16)
+    x = (x * 0x7feb352d) & _M32
+    x ^= x >> 15
+    x = (x * (0x846ca68b - (1 << 32))) & _M32   # the low 32 bits of x * 0x846ca68b
+    return x ^ (x >> 16)
+
+def _n_rounds(bits:int)->int:
+    "Feistel rounds for a block of `bits` bits: halves of 4 bits or fewer need more rounds to mix"
+    return 24 if bits <= 8 else 8
+
+def _round_keys(seed:int, bits:int)->list:
+    "The 32-bit round keys of the permutation seeded `seed` over blocks of `bits` bits: SHA-256 of the seed"
+    n = _n_rounds(bits)
+    h = b''.join(hashlib.sha256(f'distrib.index_shuffle,{seed},{j}'.encode()).digest() for j in range(-(-n // 8)))
+    return [int.from_bytes(h[4*i:4*i+4], 'little') for i in range(n)]
+
+def _feistel(x:torch.Tensor, bits:int, keys:list)->torch.Tensor:
+    """The block cipher over [0, 2^bits): the high `bits//2` bits and the low `bits - bits//2` bits take turns, each
+    round XOR-ing one half with the hash of the other half and the round's key (an unbalanced Feistel network, as
+    FFX's); every round is its own inverse, so the whole is a bijection"""
+    lo_bits = bits - bits // 2
+    m_hi, m_lo = (1 << (bits // 2)) - 1, (1 << lo_bits) - 1
+    hi, lo = x >> lo_bits, x & m_lo
+    for i, k in enumerate(keys):
+        if i % 2 == 0: hi = hi ^ (_mix32(lo ^ k) & m_hi)
+        else: lo = lo ^ (_mix32(hi ^ k) & m_lo)
+    return (hi << lo_bits) | lo
+
+def _walk(pos:torch.Tensor, n:int, bits:int, keys:list)->torch.Tensor:
+    "Cycle-walking: apply the cipher to each of the 1-d `pos` until it lands in [0, n) (a bijection of [0, n))"
+    out = _feistel(pos, bits, keys)
+    todo = (out >= n).nonzero().squeeze(1)
+    while todo.numel():
+        y = _feistel(out[todo], bits, keys)
+        out[todo] = y
+        todo = todo[y >= n]
+    return out
+
+_MAX_N = 1 << 62
+
+def index_shuffle(positions,     # int64 tensor (any shape, any device), or ints: positions in [0, n)
+                  n:int,         # size of the permuted range [0, n), 1 <= n <= 2^62
+                  seed:int,      # any int: the permutation (`DistributedDL` uses `seed + epoch`)
+                 )->torch.Tensor: # int64, shape and device of `positions`: the elements at those positions
+    """Elements at `positions` of a pseudo-random permutation of [0, n) seeded by `seed`, each computed on its own in
+    O(1) time and memory: the random-access shuffle of Grain's `index_shuffle` and TensorFlow's
+    `tf.random.experimental.index_shuffle` (a block cipher over [0, 2^b), 2^b the power of two >= n, with
+    cycle-walking into [0, n): J. Black and P. Rogaway, "Ciphers with arbitrary finite domains", CT-RSA 2002). The
+    cipher here is an unbalanced Feistel network (as FFX: M. Bellare, P. Rogaway, T. Spies, "The FFX mode of
+    operation for format-preserving encryption", 2010) whose round function is the `lowbias32` hash of a half XOR a
+    32-bit round key, the keys taken from SHA-256 of `seed`: 8 rounds, 24 where n <= 256. The expected number of
+    cipher passes per position is 2^b / n < 2. Not a cryptographic permutation; the same on every machine and
+    device. Raises `ValueError` for `n` outside [1, 2^62] or a position outside [0, n)."""
+    pos = torch.as_tensor(positions, dtype=torch.int64)
+    if not isinstance(n, int) or not 1 <= n <= _MAX_N:
+        raise ValueError(f"Invalid n {n!r}: index_shuffle permutes [0, n) for an integer n in [1, 2**62]")
+    if pos.numel() and (pos.min() < 0 or pos.max() >= n):
+        raise ValueError(f"index_shuffle: positions must be in [0, {n}), got values in [{pos.min().item()}, "
+                         f"{pos.max().item()}]")
+    bits = (n - 1).bit_length()
+    if n == 1: return torch.zeros_like(pos)
+    return _walk(pos.reshape(-1), n, bits, _round_keys(seed, bits)).view(pos.shape)
 
 # %% ../nbs/11_data.ipynb #d2ef5b9a
 def _check_world(rank:int, world_size:int):
@@ -23,42 +93,117 @@ def _check_world(rank:int, world_size:int):
     if not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ValueError(f"Invalid rank {rank!r}, rank should be in the interval [0, {world_size-1}]")
 
-def shard_idxs(n:int,            # number of samples in the dataset
-               rank:int,         # this process's rank, in [0, world_size)
-               world_size:int,   # number of processes
-               shuffle:bool=False, # permute with a generator seeded `seed+epoch`
-               seed:int=0,       # base seed, the same on every rank
-               epoch:int=0,      # epoch number, changes the permutation
-               pad:bool=True,    # pad to a multiple of `world_size` by wrapping around
-              )->torch.Tensor:   # int64 dataset indices of this rank, len ceil(n/world_size) with `pad`
-    """Dataset indices read by rank `rank` in epoch `epoch`: the epoch's order of the `n` indices (`torch.randperm(n)`
-    seeded `seed+epoch` when `shuffle`, else `0..n-1`), padded when `pad` to `total`, the next multiple of
-    `world_size`, by repeating its first `total-n` entries; rank `rank` takes positions `rank::world_size`
-    (`torch.utils.data.DistributedSampler`'s rule). The order does not depend on `world_size`. Raises `ValueError`
-    for a rank outside [0, world_size) or a world size below 1."""
-    _check_world(rank, world_size)
-    total = math.ceil(n/world_size)*world_size if pad else n
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed+epoch)) if shuffle else torch.arange(n)
-    if total > n: order = order[torch.arange(total) % n]   # the padding repeats the order's first entries
-    return order[rank::world_size]
+def _check_shuffle(shuffle):
+    "Raise `ValueError` unless `shuffle` is False, True or 'randperm'"
+    if shuffle not in (False, True, 'randperm') or not isinstance(shuffle, (bool, str)):
+        raise ValueError(f"Invalid shuffle {shuffle!r}: pass False (the dataset's order), True (index_shuffle, in "
+                         f"constant memory) or 'randperm' (torch.randperm's order, as DistributedSampler's)")
+
+class ShardIdxs:
+    """The dataset indices rank `rank` reads in epoch `epoch`, as `shard_idxs` defines them, each computed when it
+    is read: nothing is stored, whatever `n` and `world_size` (except with `shuffle='randperm'`, which holds
+    `torch.randperm(n)`: 8 bytes per sample, built at the first read).
+
+    A sequence of ints: `len(s)` (`ceil(n/world_size)` with `pad`), `s[j]` (an int; negative `j` counts from the
+    end), `s[i:j:k]` and `s[positions]` (a tensor or list of positions in the shard) give an int64 tensor,
+    `iter(s)` yields ints (computed 16,384 at a time), `s.tolist()` is the list and `s.tensor()` the tensor (both
+    grow with the shard: for tests and small data), `s.batches(batch_size, start)` yields int64 tensors. It pickles
+    small, so a DataLoader worker process computes its own. Raises `IndexError` for a position outside the shard."""
+    def __init__(self, n:int, rank:int, world_size:int, shuffle=False, seed:int=0, epoch:int=0, pad:bool=True):
+        _check_world(rank, world_size)
+        _check_shuffle(shuffle)
+        if not isinstance(n, int) or not 0 <= n <= _MAX_N:
+            raise ValueError(f"Invalid n {n!r}: the number of samples must be an integer in [0, 2**62]")
+        self.n, self.rank, self.world_size, self.shuffle, self.seed, self.epoch, self.pad = (
+            n, rank, world_size, shuffle, seed, epoch, pad)
+        self._len = -(-n // world_size) if pad else len(range(rank, n, world_size))
+        bits = max(n - 1, 0).bit_length()
+        self._keys, self._bits, self._perm = _round_keys(seed + epoch, bits), bits, None
+
+    def __len__(self)->int: return self._len
+    def __repr__(self):
+        return (f"ShardIdxs(n={self.n}, rank={self.rank}, world_size={self.world_size}, shuffle={self.shuffle!r}, "
+                f"seed={self.seed}, epoch={self.epoch}, pad={self.pad})")
+    def __getstate__(self): return {**self.__dict__, '_perm': None}   # a worker builds its own randperm
+
+    def _at(self, j:torch.Tensor)->torch.Tensor:
+        "Dataset indices at shard positions `j` (int64, all in [0, len))"
+        p = j * self.world_size + self.rank          # position in the epoch's padded order
+        if self.pad: p = p % max(self.n, 1)          # the padding repeats the order's first entries
+        if self.shuffle == 'randperm':
+            if self._perm is None:
+                self._perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+            return self._perm[p.cpu()].to(p.device)
+        if not self.shuffle or self.n <= 1: return p
+        return _walk(p, self.n, self._bits, self._keys)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            r = range(self._len)[key]
+            return self._at(torch.arange(r.start, r.stop, r.step, dtype=torch.int64))
+        if isinstance(key, (torch.Tensor, list, tuple)):
+            j = torch.as_tensor(key, dtype=torch.int64)
+            if j.numel() and (j.min() < -self._len or j.max() >= self._len):
+                raise IndexError(f"shard positions must be in [-{self._len}, {self._len}) for this shard of "
+                                 f"{self._len} samples")
+            return self._at(torch.where(j < 0, j + self._len, j))
+        j = range(self._len)[key]   # IndexError out of range, TypeError for what is not an integer
+        return int(self._at(torch.tensor([j]))[0])
+
+    def batches(self, batch_size:int, start:int=0, drop_last:bool=False):
+        """Iterator over int64 tensors: positions `start, start+1, ...` of the shard in batches of `batch_size` (the
+        last one shorter, or dropped with `drop_last`), computed about 16,384 indices at a time"""
+        stop = self._len - (self._len - start) % batch_size if drop_last else self._len
+        step = batch_size * max(1, _CHUNK // batch_size)
+        for i in range(start, stop, step):
+            yield from self[i:min(i + step, stop)].split(batch_size)
+
+    def __iter__(self):
+        for b in self.batches(_CHUNK): yield from b.tolist()
+    def tensor(self)->torch.Tensor:
+        "All the indices, as an int64 tensor of `len(self)` (memory grows with the shard)"
+        return self[:]
+    def tolist(self)->list:
+        "All the indices, as a list of ints (memory grows with the shard)"
+        return self[:].tolist()
+
+def shard_idxs(n:int,              # number of samples in the dataset, in [0, 2^62]
+               rank:int,           # this process's rank, in [0, world_size)
+               world_size:int,     # number of processes
+               shuffle=False,      # False, True (`index_shuffle`) or 'randperm' (`DistributedSampler`'s order)
+               seed:int=0,         # base seed, the same on every rank
+               epoch:int=0,        # epoch number, changes the permutation (seeded `seed+epoch`)
+               pad:bool=True,      # pad to a multiple of `world_size` by wrapping around
+              )->ShardIdxs:        # the dataset indices of this rank, len ceil(n/world_size) with `pad`
+    """Dataset indices read by rank `rank` in epoch `epoch`, as a `ShardIdxs` (a sequence computed when read, in
+    constant memory). The epoch's order of the `n` indices is `0..n-1` without `shuffle`; with `shuffle=True`,
+    `index_shuffle(i, n, seed+epoch)` at position `i` (a permutation computed per position, in O(1) time and
+    memory); with `shuffle='randperm'`, `torch.randperm(n)` from a generator seeded `seed+epoch`, the order of
+    `torch.utils.data.DistributedSampler` (and of distrib before 0.3), which holds `n` int64 on every rank. It is
+    padded when `pad` to `total`, the next multiple of `world_size`, by repeating its first `total-n` entries; rank
+    `rank` takes positions `rank::world_size` (`DistributedSampler`'s rule). The order does not depend on
+    `world_size`. Raises `ValueError` for a rank outside [0, world_size), a world size below 1, an `n` outside
+    [0, 2^62] or another `shuffle`."""
+    return ShardIdxs(n, rank, world_size, shuffle, seed, epoch, pad)
 
 # %% ../nbs/11_data.ipynb #bb29e8d1
 class _ShardSampler:
     "Sampler yielding the current epoch's shard of a `DistributedDL`; it reads the epoch at each `iter`"
     def __init__(self, ddl): self.ddl = ddl
     def __len__(self): return self.ddl.n_shard
-    def __iter__(self): return iter(self.ddl._iter_idxs().tolist())
+    def __iter__(self):
+        batches = self.ddl.get_idxs().batches(_CHUNK, self.ddl._start)   # computed a chunk at a time, as read
+        return (i for b in batches for i in b.tolist())
 
 class _ShardBatchSampler:
     "Batches of indices of the current epoch's shard of a `DistributedDL`: int64 tensors, or lists for worker processes"
     def __init__(self, ddl, as_list:bool=False): self.ddl, self.as_list = ddl, as_list
     def __len__(self): return len(self.ddl)
     def __iter__(self):
-        idxs, bs = self.ddl._iter_idxs(), self.ddl.batch_size
-        if self.ddl.drop_last: idxs = idxs[:len(idxs) - len(idxs) % bs]
-        if not self.as_list: return iter(idxs.split(bs) if len(idxs) else ())  # split() of nothing is one empty batch
-        idxs = idxs.tolist()  # a list pickles to a worker faster than a tensor (no shared memory)
-        return (idxs[i:i+bs] for i in range(0, len(idxs), bs))
+        ddl = self.ddl
+        batches = ddl.get_idxs().batches(ddl.batch_size, ddl._start, ddl.drop_last)
+        # a list pickles to a worker faster than a tensor (no shared memory)
+        return (b.tolist() for b in batches) if self.as_list else batches
 
 def _batch_indexable(dataset, kwargs:dict)->bool:
     "True when `dataset[idxs]`, `idxs` a tensor of indices, is the batch that default collation builds from its items"
@@ -90,7 +235,10 @@ class DistributedDL:
     Args:
         dataset: a map-style dataset (`__getitem__` and `__len__`) of `n` samples.
         batch_size (int): samples per batch on this rank (the global batch is `world_size` times this). Default 1.
-        shuffle (bool): permute with `torch.randperm` seeded by `seed + epoch`, the same on every rank. Default False.
+        shuffle (bool|str): True: the epoch's order is the permutation `index_shuffle` gives, seeded by
+            `seed + epoch`, the same on every rank, computed batch by batch in constant memory; 'randperm':
+            `torch.randperm(n)` seeded by `seed + epoch`, `DistributedSampler`'s order (every rank holds `n` int64);
+            False: the dataset's order. Default False.
         seed (int): base seed. Default 0.
         rank (int, optional): this rank, in [0, world_size). Default: `current_world().rank`.
         world_size (int, optional): number of ranks. Default: `current_world().world_size`.
@@ -105,7 +253,8 @@ class DistributedDL:
     this rank's shard. Iterating never draws from torch's global generator: worker processes are seeded from
     `(seed, epoch, rank)` unless a `generator` is passed.
 
-    Raises `ValueError` for a rank outside [0, world_size), a `batch_size` < 1 or an iterable-style dataset, and
+    Raises `ValueError` for a rank outside [0, world_size), a `batch_size` < 1, a `shuffle` other than False, True
+    and 'randperm', a dataset of more than 2^62 samples or an iterable-style dataset, and
     when an iteration starts with `start_batch` outside [0, len(self)] or `start_at` outside [0, n_shard].
 
     .. warning:: call `set_epoch(epoch)` before each epoch, or every epoch uses the same order
@@ -132,10 +281,12 @@ class DistributedDL:
             rank, world_size = (w.rank if rank is None else rank), (w.world_size if world_size is None else world_size)
         self.rank, self.world_size = rank, world_size
         _check_world(self.rank, self.world_size)
+        _check_shuffle(shuffle)
         self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, seed
         self.pad, self.drop_last, self.epoch, self._start = pad, drop_last, 0, 0
         self._next = ('batch', 0)   # where the next iteration starts: ('batch', k) or ('sample', m)
         self.n, self._own_generator = len(dataset), kwargs.get('generator') is None
+        if self.n > _MAX_N: raise ValueError(f"DistributedDL shards up to 2**62 samples, and the dataset has {self.n}")
         self.dl = DataLoader(dataset, batch_size=batch_size, sampler=_ShardSampler(self), drop_last=drop_last, **kwargs)
         self._batch_dl = None  # a TensorDataset is read a batch at a time, with the same batches
         if _batch_indexable(dataset, kwargs):
@@ -154,8 +305,9 @@ class DistributedDL:
         "Use the permutation of epoch `epoch` from the next iteration on (as `DistributedSampler.set_epoch`)"
         self.epoch = epoch
 
-    def get_idxs(self)->torch.Tensor:
-        "Dataset indices this rank reads in the current epoch, in order (int64, length `n_shard`)"
+    def get_idxs(self)->ShardIdxs:
+        """Dataset indices this rank reads in the current epoch, in order: a `ShardIdxs` of length `n_shard`, computed
+        when read (`get_idxs()[i:j]` is an int64 tensor)"""
         return shard_idxs(self.n, self.rank, self.world_size, self.shuffle, self.seed, self.epoch, self.pad)
 
     def __len__(self)->int:
@@ -175,10 +327,6 @@ class DistributedDL:
     def start_at(self, m:int):
         "Start the next iteration after the first `m` samples of this rank's shard (0 <= m <= n_shard, checked then)"
         self._next = ('sample', m)
-
-    def _iter_idxs(self)->torch.Tensor:
-        "The indices of the current iteration: the epoch's, from the sample it started at on"
-        return self.get_idxs()[self._start:]
 
     def _worker_seed(self)->int:
         "Seed of the generator that seeds this iteration's worker processes: 63 bits of SHA-256 of seed, epoch, rank"

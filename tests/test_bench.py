@@ -1,5 +1,6 @@
 """bench/overhead.py: its loops compute what they claim, and the script runs end to end (figures printed, not judged);
-bench/liveness_scale.py: its simulation runs, and a rank's store calls do not grow with the world size."""
+bench/liveness_scale.py: its simulation runs, and a rank's store calls do not grow with the world size;
+bench/shuffle.py (-m bench): every figure reported."""
 import importlib.util, json, subprocess, sys
 import pytest, torch
 from torch.nn import functional as F
@@ -41,7 +42,7 @@ def test_script_runs(tmp_path):
     for k in ('ddp', 'ddp_ce', 'single'):
         assert res[k]['same_result'] and res[k]['max_result_diff'] < 1e-4, res[k]
         assert len(res[k]['a_reps']) == len(res[k]['b_reps']) == 3 and min(res[k]['a_reps'] + res[k]['b_reps']) > 0
-    for k in ('data_nw0', 'data_nw2'): assert res[k]['same_batches'], res[k]
+    for k in ('data_nw0', 'data_nw2'): assert res[k]['own_shard'], res[k]
     assert res['dispatch']['b'] > 0
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='a GPU is here: the scripts run on it (pytest -m bench, -m gpu)')
@@ -84,3 +85,15 @@ def test_liveness_scale_constant_per_rank():
     assert all(c['calls'] == 2.0 for w in ('8', '64') for c in per_batch[w]['roles'].values()), per_batch
     agent = res['a failure being reported (per incident)']['64']['roles']
     assert [c['calls'] for role, c in agent.items() if role.startswith("each node's agent")] == [1], agent
+
+@pytest.mark.bench
+def test_shuffle_script_runs():
+    "bench/shuffle.py at N = 1e6 and 1e10, rank 7 of 8: every figure reported, DistributedSampler skipped past 1e6"
+    r = subprocess.run([sys.executable, str(ROOT/'bench'/'shuffle.py'), '--n', '1e6,1e10', '--world', '8',
+                        '--randperm-max', '1e6'], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = {(x['side'], x['n']): x for x in json.loads(r.stdout.strip().splitlines()[-1])}
+    for n in (10**6, 10**10):
+        assert {'first_batch_s', 'resume_first_batch_s', 'memory_mb', 'sampler_idx_per_s'} <= set(rows['distrib', n])
+    assert 'memory_mb' in rows['torch', 10**6] and 'skipped' in rows['torch', 10**10]
+    assert 'issue 40 target, N=1e10, rank 7 of 8' in r.stdout

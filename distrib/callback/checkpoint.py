@@ -107,7 +107,7 @@ def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batc
     `Checkpoint`'s, for a global batch that differs from the checkpoint's unless `allow_batch_change` (with the
     world sizes that keep it), and for a mid-epoch checkpoint whose epochs had another number of batches with the
     same global batch (another data set), or that an older version wrote with an order that depended on the world
-    size."""
+    size, or with another order of `shuffle=True` (`torch.randperm`'s, before version 3 of the checkpoint)."""
     if not isinstance(ck, dict) or ck.get('format') != 'distrib.Checkpoint':
         raise ResumeError(f"{file} is not a checkpoint written by distrib's Checkpoint (a learn.save file?): move it "
                          f"out of {file.parent}, or pass Checkpoint another path")
@@ -130,6 +130,13 @@ def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batc
                          f"depended on the number of processes when it did not divide the {n_samples} samples: "
                          f"resume it with {procs}, or move {file.name} out of {file.parent} to resume from an earlier "
                          f"checkpoint, written at the end of an epoch")
+    if b and ck.get('version', 1) < 3 and shuffle is True:
+        raise ResumeError(f"{where}, in the middle of an epoch, by a version of distrib whose shuffle=True order was "
+                          f"torch.randperm's, and this run's is index_shuffle's: it would read other samples in the "
+                          f"rest of the epoch. Finish that epoch in its order with a training loader "
+                          f"DistributedDL(dataset, batch_size, shuffle='randperm') (its order then stays randperm's), "
+                          f"or move {file.name} out of {file.parent} to resume from a checkpoint written at the end "
+                          f"of an epoch")
     if b and G == global_batch:
         if n != n_iter:
             raise ResumeError(f"{where}, in the middle of an epoch of {n} batches of {G} samples, and this run's "
@@ -378,7 +385,7 @@ class Checkpoint(Callback):
         mine = {'random': get_random_states(), 'callbacks': {k: cb.state_dict() for k, cb in cbs.items()}}
         ranks = gather_object(mine, dst=0) if self.shared else [mine]
         dl = learn.dls.train
-        ck = dict(format='distrib.Checkpoint', version=2, epoch=epoch, batch=batch, n_iter=_n_iter(dl),
+        ck = dict(format='distrib.Checkpoint', version=3, epoch=epoch, batch=batch, n_iter=_n_iter(dl),
                   n_steps=self.n_steps, n_epoch=learn.n_epoch, world_size=self.world_size,
                   global_batch=dl.batch_size*self.world_size, n_samples=getattr(dl, 'n', None), ranks=ranks)
         def check():

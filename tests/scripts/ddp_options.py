@@ -6,7 +6,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.nn.parallel import DistributedDataParallel
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
-from distrib import (Learner, DataLoaders, Callback, DistributedModule, rank_distrib, setup_distrib, teardown_distrib)
+from distrib import (Learner, DataLoaders, Callback, DistributedDL, DistributedModule, rank_distrib, num_distrib,
+                     setup_distrib, teardown_distrib)
 
 torch.manual_seed(0)
 x = torch.randn(64, 16); y = x @ torch.randn(16, 1)
@@ -52,6 +53,11 @@ class GradProbe(Callback):
 def hooked(comm_hook=None, dtype=torch.float16, **kw):
     torch.manual_seed(1)  # the same initial weights whatever ran before (their gradients are of full rank 16)
     learn = learner(nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1)))
+    # a step's 16 samples give a weight gradient of rank 16 only if they are well conditioned, which depends on which
+    # samples: torch.randperm's order (shuffle='randperm'), for which the ranks below were checked; in index_shuffle's,
+    # step 2's gradient is of numerical rank 15 with one hook and 16 without
+    learn.dls = DataLoaders(DistributedDL(TensorDataset(x, y), batch_size=8, shuffle='randperm', rank=rank_distrib(),
+                                          world_size=num_distrib()), learn.dls.valid)
     probe = GradProbe(dtype)
     with learn.distrib_ctx(comm_hook=comm_hook, **kw): learn.fit(1, cbs=probe)
     return probe

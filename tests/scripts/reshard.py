@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset, IterableDataset
 from distrib import (Learner, DataLoaders, Callback, Checkpoint, set_seed, current_world, gather_object, setup_distrib,
-                     iter_shard, CancelFitException)
+                     iter_shard, index_shuffle, CancelFitException)
 from distrib.state import full_model_state
 from distrib.model import unwrap_model
 
@@ -72,7 +72,7 @@ class Stream(IterableDataset):
     def __init__(self, *ts): self.ts, self.epoch = ts, 0
     def set_epoch(self, epoch): self.epoch = epoch
     def __iter__(self):
-        order = torch.randperm(len(self.ts[0]), generator=torch.Generator().manual_seed(self.epoch))
+        order = index_shuffle(torch.arange(len(self.ts[0])), len(self.ts[0]), seed=self.epoch)
         return iter_shard(tuple(t[i] for t in self.ts) for i in order.tolist())
 
 def make_learner(bs=G // W, cbs=(), iterable=False):
