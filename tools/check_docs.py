@@ -7,7 +7,7 @@ the rendered target); every public name each module defines (its `__all__`, less
 (chromium loads each image: its natural width and height are not 0); a screenshot of the index is written to
 `_proc/docs_check/index.png` (and must not be blank). Prints one line per problem and exits 1 when
 there is any. Usage: python tools/check_docs.py [site dir]"""
-import ast, importlib, json, re, shutil, subprocess, sys, tempfile
+import ast, importlib, importlib.util, json, re, shutil, subprocess, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
@@ -49,10 +49,10 @@ def dump(html:Path)->str:
     if r.returncode: raise RuntimeError(f"chromium exited {r.returncode} on {html.name}: {r.stderr[-500:]}")
     return r.stdout
 
-def defined_in(module)->set:
-    "The names `module`'s own source binds at its top level (functions, classes, assignments), not those it imports"
+def defined_in(tree:ast.Module)->set:
+    "The names a module's source (parsed: `tree`) binds at its top level (functions, classes, assignments), not imports"
     out = set()
-    for node in ast.parse(Path(module.__file__).read_text()).body:
+    for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): out.add(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -61,12 +61,14 @@ def defined_in(module)->set:
 
 def public_names(mod:str)->list:
     """The names of the module's `__all__` it defines itself, then the `Class.method` names its `@patch` functions add
-    (fastcore's patch binds no name)"""
-    m = importlib.import_module(mod)
-    tree = ast.parse(Path(m.__file__).read_text())
+    (fastcore's patch binds no name). Read from the source, not imported: `distrib.fastai` needs fastai, which the
+    docs' environment has not (fastai needs fastcore 2, the development tools pin 1.14)"""
+    tree = ast.parse(Path(importlib.util.find_spec(mod).origin).read_text())
+    names = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                  and any(getattr(t, 'id', None) == '__all__' for t in n.targets)), [])
     patched = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not
                n.name.startswith('_') and any(getattr(d, 'id', None) == 'patch' for d in n.decorator_list)]
-    return [n for n in getattr(m, '__all__', []) if n in defined_in(m)] + patched
+    return [n for n in names if n in defined_in(tree)] + patched
 
 _FIGS = """<!doctype html><html><body><script>
 const pages = %s, out = {};
