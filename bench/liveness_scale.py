@@ -194,12 +194,15 @@ class Full(stalls.StepTimer):
     def __init__(self, own:float=0.020): super().__init__(200); self.window = (own, 200)
 
 class FakeLearn:
-    "What `position()` reads of a Learner"
+    "What `position()` reads of a loop: the loop protocol's `loop_position()` (distrib.loop) and `model`"
     def __init__(self, **pos):
         self._event, self.epoch, self.iter = pos.get('event', 'before_batch'), pos.get('epoch', 0), pos.get('batch', 0)
         self.training, self._n_level = pos.get('training', True), pos.get('level', 3)
         self.model = types.SimpleNamespace(require_backward_grad_sync=pos.get('sync', False))
         self.start_epoch = 0
+    def loop_position(self)->dict:
+        return dict(event=self._event, epoch=self.epoch, batch=self.iter, training=self.training, level=self._n_level,
+                    start_epoch=0)
 
 class Exit(BaseException): "`exit_now` called: the rank would end here"
 
