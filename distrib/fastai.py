@@ -41,8 +41,8 @@ from .strategies import ddp, dp
 import distrib.strategies.context  # noqa: its distrib_ctx, on distrib's Learner, is the one fastai's gets
 
 # %% auto #0
-__all__ = ['ShardedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'gather_preds', 'ItemMean', 'DistributedTrainer',
-           'ParallelTrainer', 'rank0_first', 'setup_distrib', 'teardown_distrib']
+__all__ = ['ShardedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'sync_metrics', 'gather_preds', 'ItemMean',
+           'DistributedTrainer', 'ParallelTrainer', 'rank0_first', 'setup_distrib', 'teardown_distrib']
 
 # %% ../nbs/44_fastai.ipynb #ca012a1a
 class ShardedDL(TfmdDL):
@@ -214,6 +214,18 @@ def sync_metric(m, dl):
         m.preds, m.targs = [p], [_rows(torch.cat(m.targs), pos, name)] if m.targs else []
     else: check_metrics([m])
 
+def sync_metrics(metrics, dl):
+    """`sync_metric(m, dl)` for each of fastai's `metrics`, with one all-reduce for all the `AvgMetric`s and `AvgLoss`es
+    among them (not one each: a pass's collectives are few and its values the same). Every rank must call it with
+    the same metrics. Raises what `sync_metric` raises."""
+    avg = [m for m in metrics if isinstance(m, (AvgMetric, AvgLoss)) and not isinstance(m, (AvgSmoothLoss, ValueMetric))
+           and not callable(getattr(m, 'sync', None))]
+    if avg:
+        t = all_reduce_sum(torch.tensor([[float(m.total), float(m.count)] for m in avg], dtype=torch.float64))
+        for m, (total, count) in zip(avg, t): m.total, m.count = total, count.item()
+    for m in metrics:
+        if not any(m is a for a in avg): sync_metric(m, dl)
+
 def gather_preds(cb:GatherPredsCallback, dl):
     """Replace what fastai's `GatherPredsCallback` `cb` holds after a pass over this rank's shard of `dl` by every
     rank's, in the epoch's order, each item once. Raises `ValueError` for `save_preds`/`save_targs` or a `concat_dim`
@@ -360,7 +372,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
         super().after_train()
         rec = getattr(self.learn, 'recorder', None)
         if rec is not None and rec.train_metrics:
-            for m in self.learn.metrics: sync_metric(m, self.learn.dl)
+            sync_metrics(self.learn.metrics, self.learn.dl)
 
     def before_validate(self):
         self._quiet()
@@ -374,7 +386,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
         if is_sharded(dl) and dl.world_size > 1:
             rec = getattr(self.learn, 'recorder', None)
             if rec is not None and rec.valid_metrics and not getattr(rec, 'cancel_valid', False):
-                for m in [rec.loss] + list(self.learn.metrics): sync_metric(m, dl)
+                sync_metrics([rec.loss] + list(self.learn.metrics), dl)
             for cb in self.learn.cbs:
                 if isinstance(cb, GatherPredsCallback): gather_preds(cb, dl)
         super().after_validate()
