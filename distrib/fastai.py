@@ -16,7 +16,7 @@ from fastcore.xtras import join_path_file
 try:
     from fastai.learner import Learner, AvgLoss, AvgSmoothLoss, ValueMetric, SkipToEpoch
     from fastai.metrics import AvgMetric, AccumMetric
-    from fastai.callback.core import GatherPredsCallback
+    from fastai.callback.core import Callback, GatherPredsCallback
     from fastai.callback.training import GradientAccumulation
     from fastai.callback.progress import ProgressCallback
     from fastai.callback.schedule import LRFinder
@@ -32,6 +32,7 @@ from .runtime.waits import agree_cancel
 from .runtime.position import doing
 from .runtime.collectives import all_reduce_sum, gather_in_order, broadcast_object
 from .data import shard_idxs
+from .losses import item_count, start_sum, finish_sum
 from .loop import check_loop, is_sharded
 from .learner import Learner as DistribLearner
 from .model import model_device, unwrap_model
@@ -40,8 +41,8 @@ from .strategies import ddp, dp
 import distrib.strategies.context  # noqa: its distrib_ctx, on distrib's Learner, is the one fastai's gets
 
 # %% auto #0
-__all__ = ['ShardedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'gather_preds', 'DistributedTrainer', 'ParallelTrainer',
-           'rank0_first', 'setup_distrib', 'teardown_distrib']
+__all__ = ['ShardedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'sync_metrics', 'gather_preds', 'ItemMean',
+           'DistributedTrainer', 'ParallelTrainer', 'rank0_first', 'setup_distrib', 'teardown_distrib']
 
 # %% ../nbs/44_fastai.ipynb #ca012a1a
 class ShardedDL(TfmdDL):
@@ -213,6 +214,18 @@ def sync_metric(m, dl):
         m.preds, m.targs = [p], [_rows(torch.cat(m.targs), pos, name)] if m.targs else []
     else: check_metrics([m])
 
+def sync_metrics(metrics, dl):
+    """`sync_metric(m, dl)` for each of fastai's `metrics`, with one all-reduce for all the `AvgMetric`s and `AvgLoss`es
+    among them (not one each: a pass's collectives are few and its values the same). Every rank must call it with
+    the same metrics. Raises what `sync_metric` raises."""
+    avg = [m for m in metrics if isinstance(m, (AvgMetric, AvgLoss)) and not isinstance(m, (AvgSmoothLoss, ValueMetric))
+           and not callable(getattr(m, 'sync', None))]
+    if avg:
+        t = all_reduce_sum(torch.tensor([[float(m.total), float(m.count)] for m in avg], dtype=torch.float64))
+        for m, (total, count) in zip(avg, t): m.total, m.count = total, count.item()
+    for m in metrics:
+        if not any(m is a for a in avg): sync_metric(m, dl)
+
 def gather_preds(cb:GatherPredsCallback, dl):
     """Replace what fastai's `GatherPredsCallback` `cb` holds after a pass over this rank's shard of `dl` by every
     rank's, in the epoch's order, each item once. Raises `ValueError` for `save_preds`/`save_targs` or a `concat_dim`
@@ -224,6 +237,47 @@ def gather_preds(cb:GatherPredsCallback, dl):
     for a in ('inputs', 'preds', 'targets', 'losses'):
         v = getattr(cb, a, None)
         if v is not None and not isinstance(v, list): setattr(cb, a, apply(lambda t: _rows(t, pos, 'get_preds'), v))
+
+# %% ../nbs/44_fastai.ipynb #b2d1f8e3
+class ItemMean(Callback):
+    """distrib's `ItemMean` (`distrib.losses`) on fastai's `Learner`: every item of a global batch weighs alike over
+    the ranks, for a loss `distrib.losses.item_count` knows (`nn.CrossEntropyLoss`/`nn.NLLLoss` with 'mean', bare or
+    in fastai's `CrossEntropyLossFlat`, over class indices): the gradient is the loss summed over the batch's items
+    on every rank divided by their number over all ranks (targets other than `ignore_index`, or the sum of their
+    class weights), as fastai alone computes it with the global batch. Added by `DistributedTrainer`; it does nothing
+    for other losses and outside training.
+
+    At each training batch, one all-reduce of the batch's count `n` (`distrib.losses.start_sum`: on the count's device
+    with the group's backend for it), started in `before_batch` and waited for in `after_loss` (a distrib collective),
+    where `loss_grad`, this rank's batch mean, is scaled by `n*W/N` (DDP then averages the W ranks; 0 where `n` is 0,
+    whose mean is NaN). Under fastai's `GradientAccumulation` (order 6, so its `after_loss` comes first) each
+    micro-batch is scaled so: the window is then the average of the global micro-batches' means weighted by their
+    sizes, as fastai alone accumulates it. A fastai loader is not a `DistributedDL`: the ranks' counts are never known
+    equal, so the all-reduce always runs. Raises `RuntimeError` in `after_loss` when `learn.yb` or `learn.loss_func`
+    changed after `before_batch` counted them (a callback of an order above 9.5: this one runs right after
+    fastai's `CastToTensor`, 9, which replaces `yb` by plain tensors, and before `MixedPrecision`, 10)."""
+    order, run_valid = 9.5, False
+    _early = None   # (loss_func, targets, their version, count, its all-reduce) of this batch
+
+    def before_batch(self):
+        "Start the all-reduce of this batch's count, during the forward"
+        learn, self._early = self.learn, None
+        n = item_count(learn.loss_func, *learn.yb)
+        if n is not None: self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, n, start_sum(n))
+
+    def after_loss(self):
+        "Scale this rank's batch mean `loss_grad` by `n*W/N`"
+        early, self._early = self._early, None
+        if early is None: return
+        learn, (lf, targ, version, n, work) = self.learn, early
+        N = finish_sum(work, n.device)   # the other ranks started it too: waited for before any raise
+        if not (lf is learn.loss_func and len(learn.yb) == 1 and learn.yb[0] is targ and targ._version == version):
+            raise RuntimeError("ItemMean counted this batch's targets in before_batch (its order is 9.5), and learn.yb "
+                               "or learn.loss_func changed after that: give the callback that changes them an order "
+                               "below 9.5 (or change them before the batch reaches the Learner)")
+        lg, W = learn.loss_grad, current_world().world_size
+        f = (n*W/N.clamp_min(torch.finfo(N.dtype).tiny)).to(lg.dtype)
+        learn.loss_grad = torch.where(n > 0, lg*f, torch.zeros_like(lg))
 
 # %% ../nbs/44_fastai.ipynb #e3591970
 class DistributedTrainer(ddp.DistributedTrainer):
@@ -248,7 +302,8 @@ class DistributedTrainer(ddp.DistributedTrainer):
         self.watch = LoopWatch(first=True)
         self.watch_body = LoopWatch(first=False, partner=self.watch, at_end=self.after_all_fit)
         super().wrap()
-        self.learn.add_cbs([self.watch, self.watch_body])
+        self.items = ItemMean()
+        self.learn.add_cbs([self.watch, self.watch_body, self.items])
         self.splitter = self.learn.splitter   # fastai's create_opt splits the model it holds: the plain module
         self.learn.splitter = lambda m: self.splitter(unwrap_model(m))
         self.trainable, self.acc = self._trainable(), []
@@ -260,14 +315,14 @@ class DistributedTrainer(ddp.DistributedTrainer):
     def unwrap(self):
         if self.model is None: return
         super().unwrap()
-        self.learn.remove_cbs([self.watch, self.watch_body])
+        self.learn.remove_cbs([self.watch, self.watch_body, self.items])
         self.learn.splitter = self.splitter
 
     @contextmanager
     def plain(self):
         """Context manager: the Learner as it is without distrib (its model, loaders, splitter and callbacks), for
         fastai's `export` to pickle"""
-        l, ours = self.learn, (self, self.watch, self.watch_body)
+        l, ours = self.learn, (self, self.watch, self.watch_body, self.items)
         saved = dict(model=l.model, dls=l.dls, splitter=l.splitter, cbs=l.cbs, world=getattr(l, 'world', None))
         hidden = {cb.name: l.__dict__.pop(cb.name) for cb in ours if cb.name in l.__dict__}
         l.model, l.dls, l.splitter, l.world = self.inner, self.dls, self.splitter, None
@@ -317,7 +372,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
         super().after_train()
         rec = getattr(self.learn, 'recorder', None)
         if rec is not None and rec.train_metrics:
-            for m in self.learn.metrics: sync_metric(m, self.learn.dl)
+            sync_metrics(self.learn.metrics, self.learn.dl)
 
     def before_validate(self):
         self._quiet()
@@ -331,7 +386,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
         if is_sharded(dl) and dl.world_size > 1:
             rec = getattr(self.learn, 'recorder', None)
             if rec is not None and rec.valid_metrics and not getattr(rec, 'cancel_valid', False):
-                for m in [rec.loss] + list(self.learn.metrics): sync_metric(m, dl)
+                sync_metrics([rec.loss] + list(self.learn.metrics), dl)
             for cb in self.learn.cbs:
                 if isinstance(cb, GatherPredsCallback): gather_preds(cb, dl)
         super().after_validate()

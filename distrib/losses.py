@@ -16,7 +16,7 @@ from .callback.core import Callback
 from .data import DistributedDL, IterableShards, find_bs
 
 # %% auto #0
-__all__ = ['count_dtype', 'item_count', 'sum_and_count', 'batch_loss', 'scale_grads_', 'ItemMean']
+__all__ = ['count_dtype', 'item_count', 'sum_and_count', 'batch_loss', 'start_sum', 'finish_sum', 'scale_grads_', 'ItemMean']
 
 # %% ../nbs/12a_losses.ipynb #4c326bdf
 def count_dtype(device:torch.device)->torch.dtype:
@@ -136,16 +136,19 @@ def _sum_device(device:torch.device)->torch.device:
     sync), else on `comm_device()` (a CPU count under NCCL alone)"""
     return device if group_backend(device.type) is not None else comm_device()
 
-def _start_sum(n:torch.Tensor)->tuple:
-    """Start the sum of the 0-d tensor `n` over the default group's ranks, on `_sum_device(n.device)`: `(work,
-    buffer)` (`async_op=True`)"""
+def start_sum(n:torch.Tensor)->tuple:
+    """Start the sum of the 0-d tensor `n` (a count, any dtype and device) over the default group's ranks, on `n`'s
+    device when the group has a backend for its type (a CUDA count under NCCL: no host sync), else on `comm_device()`:
+    returns `(work, buffer)` (`dist.all_reduce(async_op=True)`) for `finish_sum`. Every rank must call it, in the same
+    order as the group's other collectives. Raises what `dist.all_reduce` raises (no process group: `ValueError`)."""
     buf = n.detach().to(_sum_device(n.device), copy=True)
     return dist.all_reduce(buf, op=dist.ReduceOp.SUM, async_op=True), buf
 
-def _finish_sum(started:tuple, device:torch.device)->torch.Tensor:
-    """The sum `_start_sum` started, on `device`, once done (under NCCL the current stream waits for it, not the
-    host). The wait is a distrib collective (`doing`): a rank stuck in it is shown waiting for the others, and under
-    NCCL the watchdog follows it while it is queued on the GPU (no store call: issue 30)"""
+def finish_sum(started:tuple, device:torch.device)->torch.Tensor:
+    """The sum `start_sum` started (`started`: its `(work, buffer)`), a 0-d tensor on `device`, once done (under NCCL
+    the current stream waits for it, not the host). The wait is a distrib collective (`doing`): a rank stuck in it
+    is shown waiting for the others, and under NCCL the watchdog follows it while it is queued on the GPU (no store
+    call: issue 30). Raises what the collective's wait raises (a timeout, a peer's failure)."""
     work, buf = started
     with doing('collective', "the all_reduce of the step's item count", device=buf.device): work.wait()
     return buf.to(device)
@@ -256,7 +259,7 @@ class ItemMean(Callback):
         if m is not None and learn.loss_func is self._known:   # nothing to sum: guard the targets counted
             self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, None)
         elif m is not None and self._whole_step():
-            self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, _start_sum(_count(m, learn.yb[0])))
+            self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, start_sum(_count(m, learn.yb[0])))
     def _check_early(self, early:tuple):
         "`RuntimeError` unless the loss and targets are those `before_batch` counted"
         lf, targ, version, _ = early
@@ -273,7 +276,7 @@ class ItemMean(Callback):
         n, W, known = learn.n_items, self._ws, early is not None and early[-1] is None
         if self._whole_step():
             if W == 1 or known: self.n_items = n if W == 1 else n*W; return   # the batch's mean is the step's
-            self.n_items = N = _finish_sum(early[-1] if early else _start_sum(n), n.device)
+            self.n_items = N = finish_sum(early[-1] if early else start_sum(n), n.device)
             learn.loss_grad = learn.loss_grad * (n*W/N.clamp_min(torch.finfo(N.dtype).tiny)).to(learn.loss_grad.dtype)
             return
         ga = learn.gradient_accumulation
@@ -283,13 +286,13 @@ class ItemMean(Callback):
         self.pending = True
         learn.loss_grad = learn.loss_grad * (n*self.scale).to(learn.loss_grad.dtype)
         self._window_known = known
-        if ga.last and W > 1 and not known: self._work = _start_sum(self.window)   # runs during this last backward
+        if ga.last and W > 1 and not known: self._work = start_sum(self.window)   # runs during this last backward
     def before_step(self):
         "At the end of a window: the step's count over the ranks, every gradient times `W/(c·N)`"
         if not self.pending: return
         W, work, self._work = self._ws, self._work, None
         if W == 1 or self._window_known: N = self.window if W == 1 else self.window*W
-        else: N = _finish_sum(work or _start_sum(self.window), self.window.device)
+        else: N = finish_sum(work or start_sum(self.window), self.window.device)
         self.n_items, self.window, self.pending = N, None, False
         has = N > 0
         safe = torch.where(has, N, torch.ones_like(N))

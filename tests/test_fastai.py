@@ -54,6 +54,18 @@ def test_as_one_process_3(name, tmp_path_factory):
     d = compare(name, ran(3, ('one_cycle', 'fine_tune'), tmp_path_factory)[name], 3)
     assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
 
+@pytest.mark.parametrize('name', ['ignore', 'ignore_acc'])
+def test_items_alike_over_ranks(name, tmp_path_factory):
+    """Targets with -100 (CrossEntropyLossFlat(ignore_index=-100)), a different number on each rank at most steps:
+    2 ranks x B train as one process with 2B, every item of a global batch weighing alike (distrib.fastai.ItemMean),
+    without and with GradientAccumulation. What fastai reports of the losses is each rank's batch mean weighed by
+    its batch size (fastai's own, not a mean over items): only the weights are compared"""
+    ours = ran(2, ('ignore', 'ignore_acc'), tmp_path_factory)[name]
+    ref = job.run_case(name, 2*job.B)
+    d = diff(ours['weights'], ref['weights'])
+    print(f"\n2 processes, {name}: weights {d:.1e}")
+    assert ours['rank_spread'] == 0 and d <= 1e-5, d
+
 def test_lr_find(tmp_path_factory):
     "lr_find's curve and suggestion as one process's; every rank has the weights put back"
     ours, ref = ran(2, ('lr_find', 'mixup', 'save'), tmp_path_factory)['lr_find'], job.run_case('lr_find', 2*job.B)

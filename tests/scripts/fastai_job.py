@@ -23,12 +23,16 @@ B, N_TRAIN, N_VALID, N_IN, N_OUT = 8, 96, 37, 8, 3
 _g = torch.Generator().manual_seed(0)
 X = torch.randn(N_TRAIN + N_VALID, N_IN, generator=_g)
 Y = (X[:, :3].sum(1) > 0).long() + (X[:, 3] > 1).long()
+Y_IGN = Y.masked_fill(X[:, 4] > 0.3, -100)   # ~38% of the targets ignored, unevenly between ranks' halves
 def get_x(i): return X[i]
 def get_y(i): return Y[i]
+def get_y_ign(i): return Y_IGN[i]
 
-def data(bs:int):
-    "fastai DataLoaders of a fixed synthetic 3-class problem: the training loader in order, with drop_last"
-    dss = [Datasets(list(range(a, b)), tfms=[[get_x], [get_y]]) for a, b in ((0, N_TRAIN), (N_TRAIN, N_TRAIN + N_VALID))]
+def data(bs:int, ignore:bool=False):
+    """fastai DataLoaders of a fixed synthetic 3-class problem: the training loader in order, with drop_last;
+    `ignore`: some targets are -100 (ignored by the loss, as a language model's padding)"""
+    y = get_y_ign if ignore else get_y
+    dss = [Datasets(list(range(a, b)), tfms=[[get_x], [y]]) for a, b in ((0, N_TRAIN), (N_TRAIN, N_TRAIN + N_VALID))]
     kw = dict(shuffle=False, num_workers=0)   # fastai's default forks a worker per CPU at each pass: 0.7 s per epoch
     return DataLoaders(TfmdDL(dss[0], bs=bs, drop_last=True, **kw), TfmdDL(dss[1], bs=bs, **kw))
 
@@ -36,12 +40,13 @@ def _mean_acc(p, t): return (p.argmax(-1) == t).float().mean()
 
 def splitter(m): return [list(m[0].parameters()), list(m[2].parameters())]
 
-def learner(bs:int, opt:str='adam')->Learner:
-    "The same model (seeded), loss, metrics and optimizer on every rank and in the reference"
+def learner(bs:int, opt:str='adam', ignore:bool=False)->Learner:
+    """The same model (seeded), loss, metrics and optimizer on every rank and in the reference; `ignore`: targets
+    with -100, `CrossEntropyLossFlat(ignore_index=-100)`"""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(N_IN, 16), nn.ReLU(), nn.Linear(16, N_OUT))
     kw = dict(opt_func=partial(OptimWrapper, opt=torch.optim.SGD)) if opt == 'sgd' else {}
-    learn = Learner(data(bs), model, loss_func=CrossEntropyLossFlat(),
+    learn = Learner(data(bs, ignore), model, loss_func=CrossEntropyLossFlat(ignore_index=-100),
                     metrics=[accuracy, error_rate, partial(top_k_accuracy, k=2), F1Score(average='macro'),
                              AccumMetric(_mean_acc, flatten=False)],
                     splitter=splitter, **kw)
@@ -59,7 +64,7 @@ class CancelOn(Callback):
 
 def run_case(name:str, bs:int)->dict:
     "Case `name` with batch size `bs` per process: what fastai reports"
-    learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam'), {}
+    learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam', ignore=name.startswith('ignore')), {}
     ctx = learn.distrib_ctx() if hasattr(learn, 'distrib_ctx') and bs == B and _world() > 1 else _null()
     with ctx:
         if name == 'fit': learn.fit(2, 1e-2)
@@ -69,6 +74,8 @@ def run_case(name:str, bs:int)->dict:
         elif name == 'fine_tune': learn.fine_tune(1, 1e-2, freeze_epochs=1)
         elif name == 'bf16': learn.to_bf16(); learn.fit(1, 1e-2)
         elif name == 'grad_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=4*bs*_world()))
+        elif name == 'ignore': learn.fit(2, 1e-2)
+        elif name == 'ignore_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=2*bs*_world()))
         elif name == 'mixup': learn.fit(1, 1e-2, cbs=MixUp(0.4))
         elif name == 'lr_find':
             r = learn.lr_find(num_it=20, show_plot=False)

@@ -108,16 +108,16 @@ class StopSyncs(Callback):
     def after_cancel_batch(self): self.syncs.stop()
 
 class Where(Callback):
-    "The device each all-reduce of the step's count ran on (`_start_sum`'s buffer)"
+    "The device each all-reduce of the step's count ran on (`start_sum`'s buffer)"
     def before_fit(self):
-        self.devices, self._orig = [], L._start_sum
+        self.devices, self._orig = [], L.start_sum
         def start(n):
             work, buf = self._orig(n)
             self.devices.append(buf.device.type)
             return work, buf
-        L._start_sum = start
+        L.start_sum = start
         self.learn.on_fit_exit(self._restore)
-    def _restore(self): L._start_sum = self._orig
+    def _restore(self): L.start_sum = self._orig
 
 torch.manual_seed(0)
 N, BS, D = 256, 16, 8
