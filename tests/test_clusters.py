@@ -84,7 +84,7 @@ def test_sbatch(slurm, digits_torchrun, tmp_path):
     assert slurm.wait_job(requeued, timeout=180) == ('COMPLETED', '0:0'), out.read_text()[-3000:]
     print(f"signal to the requeued job's end: {time.monotonic() - start:.1f} s")
     text = out.read_text()
-    assert f'requeued Slurm job {requeued}; exiting with code 138' in text, text
+    assert f'requeueing Slurm job {requeued}; exiting with code 138' in text, text
     for rank in (0, 1): assert f'RESTARTED rank {rank} restart_count 1' in text, text
     final = re.findall(r'^FINAL max_diff=(\S+) values_equal=(\S+) resumed_from=(\S+)', text, re.M)
     assert len(final) == 1 and final[0][:2] == ('0.0', 'True') and final[0][2].startswith('step-'), text

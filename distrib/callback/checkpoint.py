@@ -4,7 +4,7 @@
 
 # %% ../../nbs/23_callback.checkpoint.ipynb #0311f014
 from __future__ import annotations
-import io, re, shutil, signal, warnings
+import io, re, shutil, signal, sys, warnings
 from pathlib import Path
 import torch
 from ..runtime.world import current_world
@@ -433,19 +433,21 @@ class Checkpoint(Callback):
         file = self._save(e + 1, 0)
         if self._stop: self._exit(file)
 
-    def _requeue(self, file:Path)->str:
-        "Rank 0 of the world asks Slurm to requeue the job (`auto_requeue`); what to add to the log line"
-        if not self.auto_requeue or self._stop == signal.SIGTERM: return ''
-        if current_world().rank != 0: return ''
-        try: requeue_slurm_job(self._job_id)
-        except RuntimeError as e:
-            raise RuntimeError(f"{e}. The checkpoint {file} is complete: submit the job again to resume") from e
-        return f"; requeued Slurm job {self._job_id}"
+    def _requeues(self)->bool:
+        "Whether this rank asks Slurm to requeue the job: rank 0 of the world, `auto_requeue`, a signal but SIGTERM"
+        return self.auto_requeue and self._stop != signal.SIGTERM and current_world().rank == 0
 
     def _exit(self, file:Path):
-        "Every rank: the checkpoint is written (and with `auto_requeue`, the job requeued), leave with `Preempted`"
+        """Every rank: the checkpoint is written; log and flush the line, then (with `auto_requeue`, rank 0) requeue
+        the job, and leave with `Preempted`. The line comes first: Slurm may end the task as soon as it requeues."""
         self.stop_signals.acted = True
-        name, requeued = signal.Signals(self._stop).name, self._requeue(file)
+        name, requeues = signal.Signals(self._stop).name, self._requeues()
+        requeued = f"; requeueing Slurm job {self._job_id}" if requeues else ''
         self.learn.logger(f"Stopped by {name} after step {self.n_steps} (epoch {self.learn.epoch}); checkpoint "
                           f"{file}{requeued}; exiting with code {128 + self._stop}")
+        sys.stdout.flush()
+        if requeues:
+            try: requeue_slurm_job(self._job_id)
+            except RuntimeError as e:
+                raise RuntimeError(f"{e}. The checkpoint {file} is complete: submit the job again to resume") from e
         raise Preempted(self._stop, file)
