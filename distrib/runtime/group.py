@@ -339,7 +339,7 @@ def rank0_only(func,      # called with no argument, on rank 0
     `func` raises on rank 0, the exception propagates there and every other rank raises `PeerFailedError` naming it.
     Needs the process group (`ensure_distrib`)."""
     _State.n_rank0_first += 1
-    key, rank0, live = f'rank0_only/{_State.n_rank0_first}', dist.get_rank() == 0, liveness_running()
+    key, rank0, live = _State.n_rank0_first, dist.get_rank() == 0, liveness_running()
     if live: store_barrier(what, group_timeout())
     if rank0:
         res, status = _rank0_status(what, func)

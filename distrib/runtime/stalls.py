@@ -11,10 +11,8 @@ import torch
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, LongPhaseTimeoutError,
                                     blame_text)
 from .position import rank_state, describe, position, seconds_or_none
-
-
-from .liveness import (WAITING_GEN, add_check, report_failure, parse_heartbeat, main_stack,
-                                      waits_for_others)
+from .schema import JobStore, JobFailure, WAITING_GEN
+from .liveness import add_check, report_failure, main_stack, waits_for_others
 from .waits import MISMATCH_AFTER, peer_heartbeats, late_how
 
 # %% auto #0
@@ -193,7 +191,7 @@ def _verdict(hbs:dict,    # rank -> last heartbeat, of every rank (each waits, l
     if len(left) + len(waiting) < len(live) or not waiting: return None
     young = any(hb.get('age', 0) < hold for hb in waiting.values())
     pos = {r: hb.get('pos') or {} for r, hb in waiting.items()}
-    cancel = [r for r, p in pos.items() if p.get('op') == 'barrier' and str(p.get('id', '')).startswith('cancel/')]
+    cancel = [r for r, p in pos.items() if p.get('op') == 'barrier' and JobStore.is_cancel(p.get('id'))]
     if cancel and not left:  # ranks past the point of a Cancel*Exception's check never come back to it: no hold
         c, keys = min(cancel), {r: _key(p) for r, p in pos.items()}
         odd = {r: {'how': f"went on without it, to {describe(p)}"} for r, p in pos.items() if keys[r] != keys[c]}
@@ -216,11 +214,7 @@ def _verdict(hbs:dict,    # rank -> last heartbeat, of every rank (each waits, l
 # %% ../../nbs/07_runtime.stalls.ipynb #95a2ec57
 def _stacks(store, ranks)->str:
     "The main-thread stacks that ranks `ranks` published (as each started to wait), as a report's lines"
-    ranks = list(ranks)
-    if ranks and not store.check([f'stack/{r}' for r in ranks]):
-        ranks = [r for r in ranks if store.check([f'stack/{r}'])]
-    return ''.join(f"Rank {r}'s main thread (innermost last):\n{v.decode()}"
-                   for r, v in zip(ranks, store.multi_get([f'stack/{r}' for r in ranks]))) if ranks else ''
+    return ''.join(f"Rank {r}'s main thread (innermost last):\n{v}" for r, v in JobStore(store).stacks(ranks).items())
 
 def _deadlock_text(me:int, mine:dict, odd:dict, hbs:dict)->str:
     "Deadlock `odd` (`_diverged`, `_verdict`) as rank `me`, waiting at `mine`, sees it, in words"
@@ -257,10 +251,8 @@ def _publish(dog, why:str, cause:int, odd:dict, hbs:dict):
         text = (f"rank {cause} waits in {describe(pos)}, but {blame_text(odd)}: each waits for the other, forever "
                 f"(found by rank 0's watchdog)")
         blame = {cause: {'how': 'waits alone', 'where': describe(pos)}}
-    info = {'kind': 'verdict', 'rank': None, 'why': why, 'cause': cause, 'text': text, 'where': describe(pos),
-            'blame': {str(r): b for r, b in blame.items()}, 'odd': {str(r): b for r, b in odd.items()}}
-    seq = int(dog.store.add('failures', 1))
-    dog.store.set(f'failure/{seq}', json.dumps(info))
+    info = JobFailure('verdict', where=describe(pos), blame=blame, why=why, cause=cause, odd=odd, text=text)
+    seq = dog.js.report(info)
     if seq == 1: dog.failures = seq; dog.job_failed(info)
 
 def examine(dog,        # rank 0's `_Watchdog`
@@ -476,7 +468,7 @@ class StepTimer:
 # %% ../../nbs/07_runtime.stalls.ipynb #a30e0305
 def _round_keys(slot:int)->list:
     "The counters of a round in slot `slot`: its count of ranks, then the histogram's 16"
-    return [f'work/{slot}/n'] + [f'work/{slot}/{g}' for g in range(HIST_BUCKETS // _PER_KEY)]
+    return JobStore(None).round_keys(slot, HIST_BUCKETS // _PER_KEY)
 
 def _histogram(raw:list)->list:
     "The ranks per bucket, from the histogram's counters `raw` (bytes, 4 buckets of 15 bits in each)"
@@ -498,10 +490,10 @@ def _lead(dog, s:dict, rnd:int, named:int, now:float):
     "Rank 0's part of the straggler check: print the stragglers named since its last tick; start the next round"
     shown = s.get('shown', 0)
     if named > shown:  # the records were appended before the count grew: read them at the next tick
-        if 'stragglers' not in dog.values: dog.want('stragglers')
+        if JobStore.STRAGGLERS not in dog.values: dog.want(JobStore.STRAGGLERS)
         else:
-            for rec in dog.values['stragglers'].decode().splitlines()[shown:named]:
-                print(straggler_line(parse_heartbeat(rec)), file=sys.stderr, flush=True)
+            for rec in JobStore.stragglers(dog.values[JobStore.STRAGGLERS])[shown:named]:
+                print(straggler_line(rec), file=sys.stderr, flush=True)
             s['shown'] = named
     timer = rank_state().timer
     if timer is None or timer.mean() is None: return
@@ -509,8 +501,8 @@ def _lead(dog, s:dict, rnd:int, named:int, now:float):
     if now - s.get('started', -math.inf) < every: return
     s['started'] = now
     keys = _round_keys((rnd + 1) % _SLOTS)  # last used four rounds ago
-    dog.later(lambda store: store.multi_set(keys, ['0'] * len(keys)))
-    dog.later(lambda store: store.add('straggler', WAITING_GEN))
+    dog.later(lambda js: js.reset(keys))
+    dog.later(lambda js: js.add(JobStore.STRAGGLER, WAITING_GEN))
 
 def _join(dog, s:dict, rnd:int):
     "This rank's part of round `rnd`: count itself in the histogram, read it once complete, name itself if it lags"
@@ -523,8 +515,8 @@ def _join(dog, s:dict, rnd:int):
                                                      'ratio': timer.ratio, 'steps': timer.steps}
         if p is None: return
         b = time_bucket(own)
-        dog.later(lambda store: store.add(p['keys'][1 + b // _PER_KEY], 1 << (_FIELD * (b % _PER_KEY))))
-        def count(store): p['n'] = int(store.add(p['keys'][0], 1))
+        dog.later(lambda js: js.add(p['keys'][1 + b // _PER_KEY], 1 << (_FIELD * (b % _PER_KEY))))
+        def count(js): p['n'] = js.add(p['keys'][0], 1)
         dog.later(count)
         return
     p = s.get('pending')
@@ -535,10 +527,10 @@ def _join(dog, s:dict, rnd:int):
         med = bucket_seconds(median_bucket(_histogram([dog.values[k] for k in p['keys'][1:]])))
         if s.get('named') or p['own'] < p['ratio'] * med or p['own'] - med < STRAGGLER_MARGIN: return
         s['named'] = True
-        rec = json.dumps({'rank': world.rank, 'host': dog.me.get('host'), 'local_rank': world.local_rank,
-                          'own': p['own'], 'median': med, 'steps': p['steps']})
-        dog.later(lambda store: store.append('stragglers', rec + '\n'))  # its record, then the count rank 0 reads
-        dog.later(lambda store: store.add('straggler', 1))
+        rec = {'rank': world.rank, 'host': dog.me.get('host'), 'local_rank': world.local_rank,
+               'own': p['own'], 'median': med, 'steps': p['steps']}
+        dog.later(lambda js: js.append_straggler(rec))  # its record, then the count rank 0 reads
+        dog.later(lambda js: js.add(JobStore.STRAGGLER, 1))
     elif max(p['n'], int(dog.values.get(p['keys'][0], 0))) >= world.world_size: dog.want(*p['keys'][1:])
     else: dog.want(p['keys'][0])
 
@@ -550,7 +542,7 @@ def watch_stragglers(dog,        # the rank's `_Watchdog`, after its tick's stor
     (see above). Its writes take the place of a tick's read: two store calls per tick, at any number of ranks."""
     st = rank_state()
     if not dog.fresh or st.timer is None and dog.world.rank != 0: return
-    v = int(dog.values['straggler'])
+    v = int(dog.values[JobStore.STRAGGLER])
     rnd, named = v // WAITING_GEN, v % WAITING_GEN
     if dog.world.rank == 0: _lead(dog, st.straggler, rnd, named, now)
     _join(dog, st.straggler, rnd)
@@ -571,22 +563,9 @@ def last_positions(store,              # a client of the job's store, its keys u
                                              # all (per kind of key), else a `check` per rank
                   )->dict:             # rank -> its last heartbeat, of the last attempt that published any; {}: none
     "The heartbeat each rank last published in `store` (`distrib.runtime.liveness`); {} when none can be read"
-    def read(keys:list)->dict:
-        "{index in `keys`: value} of the keys of `keys` that exist"
-        if not keys: return {}
-        if store.check(keys): return dict(enumerate(store.multi_get(keys)))
-        there = [i for i, k in enumerate(keys) if store.check([k])]
-        return dict(zip(there, store.multi_get([keys[i] for i in there]))) if there else {}
     for n in range(max_restarts, -1, -1):
-        pre = f"distrib/liveness/{n}//"  # `start_liveness`'s prefix, which PrefixStore joins with '/'
         try:
-            if world_size is None:
-                hbs = {}
-                while store.check([f"{pre}hb/{len(hbs)}"]):
-                    hbs[len(hbs)] = parse_heartbeat(store.get(f"{pre}hb/{len(hbs)}"))
-            else: hbs = {r: parse_heartbeat(v) for r, v in read([f"{pre}hb/{r}" for r in range(world_size)]).items()}
-            ranks = sorted(hbs)  # the distrib collective each entered last (`liveness.copy_at_records`)
-            for i, v in read([f"{pre}at/{r}" for r in ranks]).items(): hbs[ranks[i]]['at'] = parse_heartbeat(v)
+            hbs = JobStore(store, n).all_heartbeats(world_size)  # with the at-records copied (`copy_at_records`)
             for hb in hbs.values():  # no at-record copied (another launcher): the heartbeat's collective, if any
                 at = None if hb.get('at') else at_from_heartbeat(hb)
                 if at is not None: hb['at'] = at

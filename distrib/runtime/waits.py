@@ -4,14 +4,14 @@
 
 # %% ../../nbs/06_runtime.waits.ipynb #fba06e28
 from __future__ import annotations
-import json, time, zlib, datetime, threading
+import time, datetime, threading
 import torch.distributed as dist
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, traceback_collective,
                                     blame_text)
 from .procs import identity, proc_state
 from .position import rank_state, doing, position, describe, peer_verdict
-from .liveness import (INTERVAL, GRACE, EXIT_RECORD_WAIT, running, parse_heartbeat, job_failure,
-                                      blame_of, heartbeat_where, exits_recorded)
+from .schema import JobStore
+from .liveness import INTERVAL, GRACE, EXIT_RECORD_WAIT, running, heartbeat_where, exits_recorded
 
 # %% auto #0
 __all__ = ['MISMATCH_AFTER', 'LONG_WAIT', 'SILENT', 'peer_heartbeats', 'late_how', 'store_barrier', 'announce', 'wait_for',
@@ -24,11 +24,7 @@ LONG_WAIT = 86400.    # seconds of one server-side wait when nothing is to be ch
 def peer_heartbeats(ranks, store=None)->dict:
     """The last heartbeat of each rank of `ranks` that published one, by rank: one `check` of them all, then one
     `multi_get` (when one has not published any yet, a `check` per rank first, only then)"""
-    store = rank_state().main if store is None else store
-    ranks = list(ranks)
-    if not ranks: return {}
-    if not store.check([f'hb/{r}' for r in ranks]): ranks = [r for r in ranks if store.check([f'hb/{r}'])]
-    return {r: parse_heartbeat(v) for r, v in zip(ranks, store.multi_get([f'hb/{r}' for r in ranks]))} if ranks else {}
+    return JobStore(rank_state().main if store is None else store).heartbeats(ranks)
 
 def late_how(hb:dict)->str:
     "How a rank that did not arrive, of heartbeat `hb`, spends its time, in words"
@@ -46,16 +42,16 @@ def _failed(what:str, rank:int):
     """Raise for the job's failure or verdict that the watchdog read (`RankState.failure`), if any, as rank `rank`
     waiting in `what`: its own `RanksDivergedError` when a verdict names it as the cause, else `PeerFailedError`"""
     info = rank_state().failure
-    if info is None or info.get('rank') == rank: return
-    if info.get('kind') == 'verdict' and info.get('cause') == rank:
-        odd = {int(r): b for r, b in (info.get('odd') or {}).items()}
-        if info.get('why') == 'left':
-            raise RanksDivergedError(f"rank {rank} stops waiting in {what}: {info['text']}", odd)
+    if info is None or info.rank == rank: return
+    if info.kind == 'verdict' and info.cause == rank:
+        odd = dict(info.odd or {})
+        if info.why == 'left':
+            raise RanksDivergedError(f"rank {rank} stops waiting in {what}: {info.text}", odd)
 
         raise RanksDivergedError(f"rank {rank} waits in {what}, but {blame_text(odd)}: each waits for the other, "
                                  f"forever. Every rank must reach {what} at the same point: code that runs it on some "
                                  f"ranks only (under `if rank == 0:`) hangs the others", odd)
-    blame = blame_of(info)
+    blame = info.blamed()
     raise PeerFailedError(f"rank {rank} stops waiting in {what}: the job failed: {blame_text(blame)}", blame)
 
 class _Waiter:
@@ -94,7 +90,7 @@ def _value(s, key:str, what:str, rank:int)->str:
     _failed(what, rank)
     v = s.get(key)
     if v != b'failed': return v.decode()
-    st.failure = st.failure or job_failure(s)  # woken by another rank's watchdog: the failure is in the store
+    st.failure = st.failure or JobStore(s).first_failure()  # woken by another rank's watchdog: it is in the store
     _failed(what, rank)
     raise PeerFailedError(f"rank {rank} stops waiting in {what}: the job failed", {})
 
@@ -156,13 +152,15 @@ def _stall_check(pending, what:str, stall_after:float|None, start:float, ranks=N
     return check
 
 def _meet(key:str, what:str, stall_after:float|None, pending):
-    """Every rank `add`s 1 to `key`; the one whose `add` returns the world size sets `key/done`; each waits for it
-    (`_wait_key`), the first to arrive looking for a stall (`_stall_check`): 2 calls per rank (3 for the last)"""
+    """Every rank `add`s 1 to `key`; the one whose `add` returns the world size sets its done key
+    (`JobStore.done_key`); each waits for it (`_wait_key`), the first to arrive looking for a stall (`_stall_check`):
+    2 calls per rank (3 for the last)"""
     st = rank_state()
-    n = int(st.main.add(key, 1))
-    if n >= st.world.world_size: st.main.set(f'{key}/done', 'ok')
+    js = JobStore(st.main)
+    n, done = js.add(key, 1), JobStore.done_key(key)
+    if n >= st.world.world_size: st.main.set(done, 'ok')
     check = _stall_check(pending, what, stall_after, time.monotonic()) if n == 1 else None
-    _wait_key(f'{key}/done', what, check)
+    _wait_key(done, what, check)
 
 def store_barrier(name:str,                    # the barrier in words: "Learner.save's barrier"
                   stall_after:float|None=None, # seconds before ranks that do not arrive are a stall; None: no limit
@@ -179,22 +177,23 @@ def store_barrier(name:str,                    # the barrier in words: "Learner.
     st.barriers += 1
     k = st.barriers
     with doing('barrier', name, k):
-        _meet(f'barrier/{k}/{zlib.crc32(name.encode()):08x}', name, stall_after,
-              lambda r, hb: hb.get('barriers', 0) < k)
+        _meet(JobStore(st.main).barrier_key(k, name), name, stall_after, lambda r, hb: hb.get('barriers', 0) < k)
     return True
 
-def announce(key:str, value:str):
-    "Store `value` under `key` for the ranks that `wait_for` it"
-    rank_state().main.set(key, value)
+def announce(n:int, value:str):
+    "Store `value` as announcement `n` (a number that every rank counts alike) for the ranks that `wait_for` it"
+    st = rank_state()
+    st.main.set(JobStore(st.main).announce_key(n), value)
 
-def wait_for(key:str,                   # the key another rank `announce`s
+def wait_for(n:int,                     # the announcement another rank makes (`announce`)
              rank:int,                  # the rank that announces it
              what:str,                  # this wait, in words
              stall_after:float|None=None, # as for `store_barrier`
             )->str:                     # the announced value
-    """Block until rank `rank` announced `key` (one server-side wait), as `store_barrier` waits; declared long phases
+    """Block until rank `rank` announced `n` (one server-side wait), as `store_barrier` waits; declared long phases
     of `rank` do not count. Rank `rank + 1` alone looks for its stall, reading `rank`'s heartbeat only."""
-    w = rank_state().world
+    st = rank_state()
+    w, key = st.world, JobStore(st.main).announce_key(n)
     owner = w.rank == (rank + 1) % w.world_size
     with doing('barrier', what, key):
         check = _stall_check(lambda r, hb: True, what, stall_after, time.monotonic(), [rank]) if owner else None
@@ -213,10 +212,10 @@ def agree_cancel(e:BaseException,              # the Cancel*Exception this rank 
     st.cancels += 1
     k, p = st.cancels, position()
     mine = {'type': type(e).__name__, 'level': p.get('level'), 'where': describe(p)}
-    key = f"cancel/{k}/{zlib.crc32(json.dumps([mine['type'], mine['level']]).encode()):08x}"
+    key, ident = JobStore(st.main).cancel_key(k, mine['type'], mine['level'])
     what = f"the check that every rank raised {mine['type']}"
     try:
-        with doing('barrier', what, f'cancel/{k}'):
+        with doing('barrier', what, ident):
             _meet(key, what, stall_after, lambda r, hb: hb.get('cancels', 0) < k)
         return
     except RanksDivergedError as d: others = blame_text(d.blame)
@@ -243,14 +242,14 @@ def explain_failure(e:BaseException,          # an exception this rank raised
     if op is None: return e
     st = rank_state()
     w, dog, s = st.world, st.dog, st.main
-    at = f" (called from {caller})" if caller else ''
+    js, at = JobStore(s), f" (called from {caller})" if caller else ''
     try:
-        info = st.failure or job_failure(s)
-        if info is None and int(s.add('explain', 1)) > 1:  # another rank explains it: wait for its report
-            if not _wait_quietly(s, ['failure/1'], GRACE + 1): return e
-            info = job_failure(s)
-        if info is not None and info.get('rank') != w.rank:
-            blame = blame_of(info)
+        info = st.failure or js.first_failure()
+        if info is None and js.add(JobStore.EXPLAIN, 1) > 1:  # another rank explains it: wait for its report
+            if not _wait_quietly(s, [js.failure_key(1)], GRACE + 1): return e
+            info = js.first_failure()
+        if info is not None and info.rank != w.rank:
+            blame = info.blamed()
             return PeerFailedError(f"{op} failed on rank {w.rank}{at} because the job failed: {blame_text(blame)}",
                                    blame, op, caller)
         hbs, ident = peer_heartbeats([r for r in range(w.world_size) if r != w.rank]), identity()
@@ -263,10 +262,10 @@ def explain_failure(e:BaseException,          # an exception this rank raised
         if how is not None: gone[r] = {'how': how, 'where': heartbeat_where(hb)}
         quiet = quiet or proc == 'gone' and hb.get('state') != 'exited'
     if quiet and exits_recorded():  # a process gone without a goodbye: its launcher's record says how it ended
-        try: info = job_failure(s) if _wait_quietly(s, ['failure/1'], EXIT_RECORD_WAIT) else None
+        try: info = js.first_failure() if _wait_quietly(s, [js.failure_key(1)], EXIT_RECORD_WAIT) else None
         except Exception: info = None  # none came (another exit code: the launcher ends the job): the verdict below
-        if info is not None and info.get('rank') != w.rank:
-            blame = blame_of(info)
+        if info is not None and info.rank != w.rank:
+            blame = info.blamed()
             return PeerFailedError(f"{op} failed on rank {w.rank}{at} because the job failed: {blame_text(blame)}",
                                    blame, op, caller)
     if gone: return PeerFailedError(f"{op} failed on rank {w.rank}{at}: {blame_text(gone)}", gone, op, caller)

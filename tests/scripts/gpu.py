@@ -522,7 +522,8 @@ def queued():
     each rank finds wrong is gathered and raised on every rank at the end of each part. Assertions marked CUDA need
     NCCL; on CPU a gloo `async_op=True` all-reduce, `mark_queued(done=work.is_completed)`, stands for NCCL's."""
     from distrib.runtime.position import rank_state, doing, mark_queued
-    from distrib.runtime.liveness import running, parse_heartbeat, heartbeat_where
+    from distrib.runtime.liveness import running, heartbeat_where
+    from distrib.runtime.schema import JobStore
     assert W == 2, W
     if CUDA:   # torch's blocking wait makes `Work.wait()` block the host until the peers came: nothing is queued
         blocking = [v for v in ('TORCH_NCCL_BLOCKING_WAIT', 'NCCL_BLOCKING_WAIT') if os.environ.get(v, '0') != '0']
@@ -535,7 +536,7 @@ def queued():
     assert running(), 'liveness does not run: no heartbeat to read'
     assert st.track_queued == CUDA, f'queue tracking is {st.track_queued} under {group_backend("cuda")}'
     store = dist.PrefixStore('gpu_test/queued/', st.main)   # the control keys, beside liveness's own
-    hb = lambda r: parse_heartbeat(st.main.get(f'hb/{r}'))  # rank r's heartbeat as the peers read it
+    hb = lambda r: JobStore(st.main).heartbeat(r)  # rank r's heartbeat as the peers read it
     errs = []
     def settle(name:str):   # every rank raises what any rank found; rank 0 prints the check
         bad = [e for es in gather_object(errs) for e in es]
