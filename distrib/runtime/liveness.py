@@ -74,11 +74,19 @@ def report_failure(e:BaseException,         # the exception this rank fails with
                   )->ErrorRecord|None:      # the record; None when this process reported already
     """Report this rank's failure `e`: its number in the job's order of failures, its `ErrorRecord` (with its
     position) in `path`, then its summary in the job's store for the other ranks. Without a job store, only the
-    record (`seq` None). Only the first call of a process reports."""
+    record (`seq` None). Only the first call of a process reports: a later one is the same failure seen again (the
+    main thread's `PeerFailedError` after its watchdog reported it) or another failure after it, which gets one line
+    on stderr, never a second record."""
     st = rank_state()
     with _LOCK:
-        if st.reported: return None
-        st.reported = True
+        first = st.reported is None
+        if first: st.reported = e
+    if not first:
+        if not isinstance(e, PeerFailedError) and e is not st.reported:
+            r = st.world.rank if st.world is not None else os.environ.get('RANK', '?')
+            print(f"distrib: rank {r}: {type(e).__name__}: {str(e).strip().partition(chr(10))[0][:300]} (after its "
+                  "failure was reported: not reported again)", file=sys.stderr, flush=True)
+        return None
     store = st.main if store is None else store
     seq, where, js = None, where_now(), None if store is None else JobStore(store)
     try: seq = js.add(JobStore.FAILURES, 1) if js is not None else None
@@ -120,7 +128,12 @@ def waits_for_others(p:dict)->bool:
 class _Watchdog(threading.Thread):
     """This rank's heartbeat and watchdog: a daemon thread with its own client of the job's store, two calls per
     tick (the heartbeat's `set`, then one read or one write; see the section above), then the checks of
-    `RankState.checks`, each `check(watchdog, now)`"""
+    `RankState.checks`, each `check(watchdog, now)`. What a check may use of it (its interface; the rest is its own):
+    `world` (this rank's `World`), `me` (`identity()`), `store` and `js` (its client, and the `JobStore` over it),
+    `pos`, `pos_key`, `pos_since` (this rank's position as the last heartbeat published it, a key of it, and since
+    when), `values` and `fresh` (what this tick's read returned, and whether there was one), `want(*keys)` and
+    `later(write)` (a read or a write at a coming tick), `ending` (True once it ends this rank), `end(err, ...)`
+    (the one way a rank ends) and `publish_verdict(info)` (rank 0's verdict on a deadlock, for every rank)."""
     def __init__(self, store, world:World, timeout:float):
         super().__init__(name='distrib-liveness', daemon=True)
         self.store, self.world, self.timeout, self.js = store, world, timeout, JobStore(store)
@@ -241,6 +254,11 @@ class _Watchdog(threading.Thread):
         blame = {r: {'how': how, 'where': heartbeat_where(hb)}}
         self.end(PeerFailedError(f"rank {self.world.rank} stops: {blame_text(blame)} (its last heartbeat)", blame))
 
+    def publish_verdict(self, info:JobFailure):
+        "Append rank 0's verdict `info` to the job's failures (two calls); act on it at once when it is the first"
+        seq = self.js.report(info)
+        if seq == 1: self.failures = seq; self.job_failed(info)
+
     def wake_main(self, info:JobFailure):
         "Give the main thread the job's failure `info`, waking it when it waits in a distrib barrier"
         st = rank_state()
@@ -270,14 +288,8 @@ class _Watchdog(threading.Thread):
         st, r = rank_state(), self.world.rank
         if info.why == 'left' and st.left_error is not None: err, tb = st.left_error
         elif st.wait_key is not None: return self.linger()
-        else:
-            err = RanksDivergedError(info.text or 'the ranks diverged', info.blamed())
-            tb = (f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread)\nRank {r}'s main thread "
-                  f"(innermost last):\n{main_stack()}")
-        self.ending = True
-        report_failure(err, store=self.store, tb_text=tb)
-        if self.halt.wait(GRACE): return
-        exit_now(1, f"distrib: rank {r}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+        else: err, tb = RanksDivergedError(info.text or 'the ranks diverged', info.blamed()), None
+        self.end(err, tb, stack=True, line=f"distrib: rank {r}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
 
     def store_lost(self, e:Exception):
         "The job's store has been unreachable for the liveness timeout"
@@ -287,26 +299,34 @@ class _Watchdog(threading.Thread):
                                  f"unreachable for {self.timeout:.0f} s, so {host} is gone ({type(e).__name__}: {e})",
                                  blame))
 
-    def end(self, err:PeerFailedError, stack:bool=False):
-        """Report `err` for this rank (with its main thread's stack if `stack`), give the main thread GRACE seconds
-        to end by itself, then end the process. When the main thread reaches `stop_liveness` first (its script ended
-        as the peer failed), return instead: the process ends with the script's own exit code, and the failed
-        peer's stays the job's."""
+    def end(self, err:BaseException|None, # this rank's failure, to report; None: its main thread reports its own
+            tb:str|None=None,             # its traceback text; default: the watchdog's, saying where the main thread is
+            stack:bool=False,             # with the main thread's stack in the default `tb`
+            line:str|None=None,           # the line the process ends with; default 'distrib: <err>'
+            wait:float=GRACE,             # seconds the main thread has to end by itself first
+            code:int|None=1,              # the exit code after `wait`; None: the script's own (`script_ended`), or 1
+           ):
+        """The one way a rank ends from its watchdog, whatever the cause (a peer failed, the job failed, rank 0's
+        verdict, the store gone, a check's timeout: a long phase, a stall, a queued collective, a deadlock; or, with
+        `err` None, the main thread failing by itself): report `err` as this rank's failure (`report_failure`: its
+        record, and the job's order of failures), give the main thread `wait` seconds to end by itself, then end the
+        process (`exit_now`). When the main thread reaches `stop_liveness` first, return instead: the process ends
+        with the script's own exit code, and the cause's stays the job's."""
         self.ending = True
-        r = self.world.rank
-        main = f"Rank {r}'s main thread (innermost last):\n{main_stack()}" if stack else ''
-        report_failure(err, store=self.store, tb_text=f"{type(err).__name__}: {err}\n(raised by distrib's watchdog "
-                       f"thread; the main thread was in {describe(position())})\n{main}")
-        if self.halt.wait(GRACE): return
-        exit_now(1, f"distrib: {err}")
+        if err is not None:
+            if tb is None:
+                main = f"Rank {self.world.rank}'s main thread (innermost last):\n{main_stack()}" if stack else ''
+                tb = (f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread; the main thread was in "
+                      f"{describe(position())})\n{main}")
+            report_failure(err, store=self.store, tb_text=tb)
+        if self.halt.wait(wait): return
+        exit_now((rank_state().code or 1) if code is None else code, line or f"distrib: {err}")
 
     def linger(self):
         """This rank is failing by itself: make sure the process ends, even if its teardown hangs. Returns when the
         main thread reaches `stop_liveness` (its teardown is over), so that the process ends with its own code"""
-        self.ending = True
-        if self.halt.wait(3*GRACE): return
-        exit_now(rank_state().code or 1, f"distrib: rank {self.world.rank} is still running {3*GRACE:.0f} s after "
-                                         f"it failed (a hung teardown?): ending it")
+        self.end(None, wait=3*GRACE, code=None, line=f"distrib: rank {self.world.rank} is still "
+                 f"running {3*GRACE:.0f} s after it failed (a hung teardown?): ending it")
 
 # %% ../../nbs/05_runtime.liveness.ipynb #a40e0002
 AT_DIR_ENV = 'DISTRIB_AT_DIR'  # the environment variable naming the directory of the workers' at-records

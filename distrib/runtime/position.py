@@ -46,7 +46,8 @@ class RankState:
             (None: `TORCHELASTIC_ERROR_FILE`); checks (tuple): the watchdog's checks of each tick,
             `check(watchdog, now)`; announce: called as each distrib collective starts, None: nothing (under
             `distrib.launch`, a `distrib.runtime.liveness.AtRecord`, which writes where in a local file, for the
-            launcher's summary after a crash: no store call); reported (bool): this process reported its failure.
+            launcher's summary after a crash: no store call); reported: the exception this process reported as its
+            failure (`report_failure`), None before.
     What the watchdog learned, for the main thread:
         failure (dict): the job's first failure or verdict, once read; None while there is none.
         wait_key (str): the store key the main thread waits on in a distrib barrier; the watchdog sets it to wake
@@ -88,7 +89,7 @@ class RankState:
     record_path: str|None = None
     checks: tuple = ()
     announce: object = None
-    reported: bool = False
+    reported: object = None
     failure: dict|None = None
     wait_key: str|None = None
     waiting: int = 0

@@ -12,8 +12,8 @@ from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError
                                     blame_text)
 from .position import rank_state, describe, position, seconds_or_none
 from .schema import JobStore, JobFailure, WAITING_GEN
-from .liveness import add_check, report_failure, main_stack, waits_for_others
-from .waits import MISMATCH_AFTER, peer_heartbeats, late_how
+from .liveness import add_check, main_stack, waits_for_others
+from .waits import MISMATCH_AFTER, peer_heartbeats, stuck_error, wait_id
 
 # %% auto #0
 __all__ = ['STALL_FLOOR', 'STALL_STEPS', 'STACK_FRAMES', 'PHASE_REPORT_FACTOR', 'STRAGGLER_STEPS', 'STRAGGLER_RATIO',
@@ -89,19 +89,13 @@ def stall_report_threshold()->float:
 # %% ../../nbs/07_runtime.stalls.ipynb #a38e0002
 PHASE_REPORT_FACTOR = 10  # a declared long phase is reported after this many times the stall report's threshold
 
-def _end_from_watchdog(dog, err:BaseException):
-    "Report `err` as this rank's failure, raised by its watchdog thread, with the main thread's stack; end the rank"
-    report_failure(err, store=dog.store, tb_text=f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread)"
-                   f"\nRank {dog.world.rank}'s main thread (innermost last):\n{main_stack(STACK_FRAMES)}")
-    dog.end(err)
-
 def _phase_timeout(dog, name:str, age:float, timeout:float):
     "End the job: this rank has been in its declared long phase `name` for `age` s, past its `timeout`"
     me = dog.world.rank
     err = LongPhaseTimeoutError(f"rank {me} has been in the declared long phase {name!r} for {age:.0f} s, past its "
                                 f"timeout: long_phase({name!r}, timeout={timeout:g}) ends the job after {timeout:g} s",
                                 name, timeout)
-    _end_from_watchdog(dog, err)
+    dog.end(err, stack=True)
 
 def watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store calls
                  now:float,  # `time.monotonic()` of this tick
@@ -133,10 +127,6 @@ def watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store ca
           flush=True)
 
 # %% ../../nbs/07_runtime.stalls.ipynb #e40427a3
-def _key(p:dict)->tuple:
-    "What identifies one wait at position `p` across ranks: the loop's step and distrib's operation"
-    return tuple(p.get(k) for k in ('event', 'epoch', 'batch', 'training', 'level', 'sync', 'op', 'name', 'id'))
-
 def _left_text(r:int, left:dict)->str:
     "Rank `r` left distrib_ctx by `left['error']`, in words"
     return f"rank {r} left distrib_ctx by {left['error']} (raised in {left['where']})"
@@ -167,7 +157,7 @@ def _diverged(mine:dict,   # this rank's position (it waits)
             continue
         if not waits_for_others(p) or hb.get('age', 0) < hold: return None  # a rank at work: it may still come
         if 'barrier' in (p.get('op'), mine.get('op')): return None
-        if _key(p) != _key(mine): odd[r] = {'how': 'waits', 'where': describe(p)}
+        if wait_id(p) != wait_id(mine): odd[r] = {'how': 'waits', 'where': describe(p)}
         elif hb.get('colls', colls) != colls:
             odd[r] = {'how': f"waits at the same point, but after {hb['colls']} distrib collectives against this "
                              f"rank's {colls} (a collective ran on some ranks only: the ranks' collectives no longer "
@@ -193,7 +183,7 @@ def _verdict(hbs:dict,    # rank -> last heartbeat, of every rank (each waits, l
     pos = {r: hb.get('pos') or {} for r, hb in waiting.items()}
     cancel = [r for r, p in pos.items() if p.get('op') == 'barrier' and JobStore.is_cancel(p.get('id'))]
     if cancel and not left:  # ranks past the point of a Cancel*Exception's check never come back to it: no hold
-        c, keys = min(cancel), {r: _key(p) for r, p in pos.items()}
+        c, keys = min(cancel), {r: wait_id(p) for r, p in pos.items()}
         odd = {r: {'how': f"went on without it, to {describe(p)}"} for r, p in pos.items() if keys[r] != keys[c]}
         level = pos[c].get('level')
         if not young or level is not None and all((pos[r].get('level') or -1) > level for r in odd):
@@ -201,7 +191,7 @@ def _verdict(hbs:dict,    # rank -> last heartbeat, of every rank (each waits, l
     if young: return 'young'
     if left and any(p.get('event') for p in pos.values()):
         return 'left', min(left), {r: {'how': _LEFT, 'where': describe(hb.get('pos') or {})} for r, hb in left.items()}
-    keys = {r: _key(p) for r, p in pos.items()}
+    keys = {r: wait_id(p) for r, p in pos.items()}
     if len(set(keys.values())) == 1:
         if gone: return 'exited', None, {r: {'how': f"exited with code {hb.get('code')} before reaching it",
                                              'where': describe(hb.get('pos') or {})} for r, hb in gone.items()}
@@ -227,7 +217,7 @@ def _deadlock_text(me:int, mine:dict, odd:dict, hbs:dict)->str:
 
 def _deadlock(dog, mine:dict, odd:dict, hbs:dict):
     "End this rank with the `RanksDivergedError` of deadlock `odd` (`_diverged`), no rank being to blame"
-    _end_from_watchdog(dog, RanksDivergedError(_deadlock_text(dog.world.rank, mine, odd, hbs), odd))
+    dog.end(RanksDivergedError(_deadlock_text(dog.world.rank, mine, odd, hbs), odd), stack=True)
 
 def _confirmed(key:str, odd:dict, hbs:dict)->bool:
     """True when deadlock `odd` was seen at an earlier tick too, with this rank at position `key` since and each rank
@@ -251,9 +241,8 @@ def _publish(dog, why:str, cause:int, odd:dict, hbs:dict):
         text = (f"rank {cause} waits in {describe(pos)}, but {blame_text(odd)}: each waits for the other, forever "
                 f"(found by rank 0's watchdog)")
         blame = {cause: {'how': 'waits alone', 'where': describe(pos)}}
-    info = JobFailure('verdict', where=describe(pos), blame=blame, why=why, cause=cause, odd=odd, text=text)
-    seq = dog.js.report(info)
-    if seq == 1: dog.failures = seq; dog.job_failed(info)
+    dog.publish_verdict(JobFailure('verdict', where=describe(pos), blame=blame, why=why, cause=cause, odd=odd,
+                                   text=text))
 
 def examine(dog,        # rank 0's `_Watchdog`
             now:float,  # `time.monotonic()` of this tick
@@ -311,8 +300,7 @@ def _stall(dog, mine:dict, age:float):
         blame = {me: {'how': f"did not arrive: it is alive and has been there for {age:.0f} s", 'where': where}}
         err = CollectiveTimeoutError(f"stall: {head}. distrib_ctx(stall_timeout={end_after:g}) (or "
                                      f"DISTRIB_STALL_TIMEOUT) ends the job after {end_after:g} s of it", blame)
-        report_failure(err, store=dog.store, tb_text=f"{type(err).__name__}: {err}\n{stacks}")
-        return dog.end(err)
+        return dog.end(err, tb=f"{type(err).__name__}: {err}\n{stacks}")
     print(f"distrib: probable stall: {head}. The job goes on (it fails at the collective's timeout); "
           f"distrib_ctx(stall_timeout=...) or DISTRIB_STALL_TIMEOUT ends it instead, and a long phase declared with "
           f"`with long_phase('...'):` is not a stall.\n{stacks}", file=sys.stderr, flush=True)
@@ -324,16 +312,9 @@ def _queued_timeout(dog, entry:tuple, now:float):
     st, me = rank_state(), dog.world.rank
     pos, _, since = entry
     hbs = peer_heartbeats([r for r in range(dog.world.world_size) if r != me], dog.store)
-    late = {r: hb for r, hb in hbs.items() if _key(hb.get('pos') or {}) != _key(pos)}
-    blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos') or {})} for r, hb in late.items()}
-    who = blame_text(blame) or "every rank is in it (a network, or NCCL's communicator, that no longer moves?)"
-    err = CollectiveTimeoutError(
-        f"{describe(dict(pos, queued=False))} timed out on rank {me} after {now - since:.0f} s, queued while its main "
-        f"thread went on (it is in {describe(position())}): {who}. A collective waits at most the process group's "
-        f"timeout ({st.queue_timeout:.0f} s; distrib_ctx(timeout=...) or setup_distrib(timeout=...)); a rank that "
-        "legitimately keeps the others waiting longer declares it with `with long_phase('...'):`", blame,
-        pos.get('name'))
-    _end_from_watchdog(dog, err)
+    dog.end(stuck_error(describe(dict(pos, queued=False)), me, now - since, st.queue_timeout, hbs, mine=pos,
+                        context=f", queued while its main thread went on (it is in {describe(position())})",
+                        op=pos.get('name')), stack=True)
 
 def watch(dog,        # the rank's `_Watchdog`, after its tick's store calls
           now:float,  # `time.monotonic()` of this tick
@@ -582,7 +563,7 @@ def mismatch(hbs:dict, # rank -> last heartbeat (`last_positions`)
     live = {r: hb for r, hb in hbs.items() if hb.get('state') != 'exited'}
     ats = {r: hb['at'] for r, hb in live.items() if hb.get('at')}
     if len(ats) == len(live) > 1 and len({a.get('colls') for a in ats.values()}) == 1:
-        places = {tuple(_key(a.get('pos') or {})[:6]) + (a['pos'].get('name'),) for a in ats.values()}
+        places = {tuple(wait_id(a.get('pos') or {})[:6]) + (a['pos'].get('name'),) for a in ats.values()}
         if len(places) > 1:
             return (f"the ranks' distrib collective number {next(iter(ats.values())).get('colls')} was not the same "
                     "call: " + '; '.join(f"rank {r} in {describe(a.get('pos') or {})}" for r, a in ats.items()) +
@@ -595,7 +576,7 @@ def mismatch(hbs:dict, # rank -> last heartbeat (`last_positions`)
                 ', '.join(f"rank {r}: {n}" for r, n in colls.items()) + "): a collective ran on some ranks only, so "
                 "the ranks' collectives were paired wrongly (with another size or kind, gloo aborts the process)")
     waiting = {r: hb['pos'] for r, hb in live.items() if waits_for_others(hb.get('pos') or {})}
-    if len(waiting) > 1 and len({_key(p) for p in waiting.values()}) > 1:
+    if len(waiting) > 1 and len({wait_id(p) for p in waiting.values()}) > 1:
         return "the ranks waited in different collectives: " + '; '.join(f"rank {r} in {describe(p)}"
                                                                          for r, p in waiting.items())
     return None

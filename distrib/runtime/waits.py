@@ -14,8 +14,8 @@ from .schema import JobStore
 from .liveness import INTERVAL, GRACE, EXIT_RECORD_WAIT, running, heartbeat_where, exits_recorded
 
 # %% auto #0
-__all__ = ['MISMATCH_AFTER', 'LONG_WAIT', 'SILENT', 'peer_heartbeats', 'late_how', 'store_barrier', 'announce', 'wait_for',
-           'agree_cancel', 'explain_failure']
+__all__ = ['MISMATCH_AFTER', 'LONG_WAIT', 'SILENT', 'peer_heartbeats', 'wait_id', 'stuck_error', 'store_barrier', 'announce',
+           'wait_for', 'agree_cancel', 'explain_failure']
 
 # %% ../../nbs/06_runtime.waits.ipynb #3acf805b
 MISMATCH_AFTER = 3.0  # seconds a rank waits in another collective than this one's before the two diverged
@@ -26,7 +26,7 @@ def peer_heartbeats(ranks, store=None)->dict:
     `multi_get` (when one has not published any yet, a `check` per rank first, only then)"""
     return JobStore(rank_state().main if store is None else store).heartbeats(ranks)
 
-def late_how(hb:dict)->str:
+def _late_how(hb:dict)->str:
     "How a rank that did not arrive, of heartbeat `hb`, spends its time, in words"
     how = f"did not arrive: it is alive and has been there for at least {hb.get('age', 0):.0f} s"
     if hb.get('pos', {}).get('phase'):
@@ -34,9 +34,36 @@ def late_how(hb:dict)->str:
                 "as it lasts, rather than in a collective)")
     return how
 
-def _pos_key(p:dict)->tuple:
-    "What identifies one instance of a wait at position `p`"
-    return tuple(p.get(k) for k in ('event', 'level', 'sync', 'op', 'name', 'id'))
+def wait_id(p:dict)->tuple:
+    "What identifies one wait at position `p` across ranks: the loop's step and distrib's operation"
+    return tuple(p.get(k) for k in ('event', 'epoch', 'batch', 'training', 'level', 'sync', 'op', 'name', 'id'))
+
+def stuck_error(what:str,              # the wait, in words: 'all_reduce', "Learner.save's barrier"
+                rank:int,              # this rank, which waited
+                waited:float,          # seconds it waited
+                timeout:float,         # seconds it was to wait at most (the process group's timeout)
+                late:dict,             # rank -> last heartbeat, of the ranks that did not arrive
+                mine:dict|None=None,   # this rank's position: only the ranks of `late` elsewhere count, when given
+                context:str='',        # after 'after N s': ' in <where>', ', queued while its main thread went on'
+                silent:dict|None=None, # rank -> {'how'} of ranks without a heartbeat, blamed too
+                op:str|None=None,      # the collective, for the error's `op`; default `what`
+                caller:str|None=None,  # the function that called it, for the error's `caller`
+               )->CollectiveTimeoutError:
+    """The one place where a rank stuck waiting for others is decided and worded, whether it waited in a collective
+    (`explain_failure`), in one queued on the GPU (the watchdog's check, `distrib.runtime.stalls`) or in a distrib
+    barrier (`store_barrier`, `wait_for`): the `CollectiveTimeoutError` blaming the ranks of `late` (those at
+    another position than `mine`, `wait_id`, when given) that did not arrive, each with its position and how long it
+    has been there, and saying how to wait longer"""
+    if mine is not None: late = {r: hb for r, hb in late.items() if wait_id(hb.get('pos') or {}) != wait_id(mine)}
+    blame = {r: {'how': _late_how(hb), 'where': describe(hb.get('pos') or {})} for r, hb in late.items()}
+    blame |= silent or {}
+    who = blame_text(blame) or "every rank is in it (a network, or NCCL's communicator, that no longer moves?)"
+    at = f" (called from {caller})" if caller else ''
+    return CollectiveTimeoutError(
+        f"{what} timed out on rank {rank}{at} after {waited:.0f} s{context}: {who}. A wait for the other ranks lasts "
+        f"at most the process group's timeout ({timeout:.0f} s; distrib_ctx(timeout=...) or setup_distrib(timeout="
+        "...)); a rank that legitimately keeps the others waiting longer declares it with `with long_phase('...'):`, "
+        "and the others wait for it in distrib_barrier()", blame, op or what, caller)
 
 def _failed(what:str, rank:int):
     """Raise for the job's failure or verdict that the watchdog read (`RankState.failure`), if any, as rank `rank`
@@ -143,12 +170,7 @@ def _stall_check(pending, what:str, stall_after:float|None, start:float, ranks=N
         if any(hb.get('pos', {}).get('phase') for hb in late.values()): return now + stall_after
         stuck = min(now - start, min(hb.get('age', 0) for hb in late.values()))
         if stuck < stall_after: return now + max(stall_after - stuck, INTERVAL)
-        blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()}
-        raise CollectiveTimeoutError(
-            f"{what} timed out on rank {w.rank} after {now - start:.0f} s: {blame_text(blame)}. A rank that "
-            f"legitimately keeps the others waiting longer than the process group's timeout ({stall_after:.0f} s) "
-            f"declares it with `with long_phase('...'):`, or pass a larger timeout to distrib_ctx(timeout=...) "
-            f"or setup_distrib(timeout=...)", blame, what)
+        raise stuck_error(what, w.rank, now - start, stall_after, late)
     return check
 
 def _meet(key:str, what:str, stall_after:float|None, pending):
@@ -270,7 +292,7 @@ def explain_failure(e:BaseException,          # an exception this rank raised
                                    blame, op, caller)
     if gone: return PeerFailedError(f"{op} failed on rank {w.rank}{at}: {blame_text(gone)}", gone, op, caller)
     mine, waited = dog.pos, time.monotonic() - dog.pos_since
-    late = {r: hb for r, hb in hbs.items() if _pos_key(hb.get('pos', {})) != _pos_key(mine)}
+    late = {r: hb for r, hb in hbs.items() if wait_id(hb.get('pos', {})) != wait_id(mine)}
     silent = {r: {'how': SILENT} for r in range(w.world_size) if r != w.rank and r not in hbs}
     if not late and not silent: return e
     if timeout is None or waited < timeout/2:
@@ -278,11 +300,5 @@ def explain_failure(e:BaseException,          # an exception this rank raised
                  for r, hb in late.items()} | silent
         return PeerFailedError(f"{op} failed on rank {w.rank}{at} after {waited:.0f} s: {blame_text(blame)}",
                                blame, op, caller)
-    blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()} | silent
-    return CollectiveTimeoutError(
-
-        f"{op} timed out on rank {w.rank}{at} after {timeout:.0f} s in {describe(mine)}: "
-        f"{blame_text(blame)}. A collective waits at most the process group's timeout ({timeout:.0f} s; "
-        f"distrib_ctx(timeout=...) or setup_distrib(timeout=...)); a rank that legitimately keeps the others waiting "
-        f"longer declares it with `with long_phase('...'):` and the others wait in distrib_barrier()", blame, op,
-        caller)
+    return stuck_error(op, w.rank, timeout, timeout, late, context=f" in {describe(mine)}", silent=silent, op=op,
+                       caller=caller)
