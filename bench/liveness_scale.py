@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's distrib
 
 import torch.distributed as dist
 from distrib.runtime import liveness, waits, stalls, position
-from distrib.runtime.schema import JobStore, JobFailure, WAITING_GEN
+from distrib.runtime.schema import JobStore, JobFailure
 from distrib.runtime.position import rank_state, reset_rank_state
 from distrib.runtime.world import World
 
@@ -172,20 +172,20 @@ class Ranks:
                 cache[k] = json.dumps(hb)
             self.s.put(f'{self.pre}hb/{r}', cache[k])
         if not self.rounds: return
-        if self.me != 0 and self.n % int(stalls.STRAGGLER_EVERY) == 0: self.round(start=True)
-        elif self.me == 0 and int(self.s.data.get(f'{self.pre}straggler', 0)) // WAITING_GEN > self.round_n:
+        if self.me != 0 and self.n % int(stalls._STRAGGLER_EVERY) == 0: self.round(start=True)
+        elif self.me == 0 and int(self.s.data.get(f'{self.pre}straggler', 0)) // JobStore.WAITING_GEN > self.round_n:
             self.round(start=False)  # the measured rank 0 started one
 
     def round(self, start:bool):
         """Rank 0 starts a round of the straggler check (the simulated one when `start`), and the other simulated
         ranks count themselves in its histogram at 20 ms per step (uncounted): the rank measured joins, reads, decides"""
         self.round_n += 1
-        slot, b = self.round_n % stalls._SLOTS, stalls.time_bucket(0.020)
+        slot, b = self.round_n % stalls._SLOTS, stalls._time_bucket(0.020)
         keys = [self.pre + k for k in stalls._round_keys(slot)]
         if start:
             for k in keys: self.s.put(k, 0)
-            named = int(self.s.data.get(f'{self.pre}straggler', 0)) % WAITING_GEN
-            self.s.put(f'{self.pre}straggler', self.round_n * WAITING_GEN + named)
+            named = int(self.s.data.get(f'{self.pre}straggler', 0)) % JobStore.WAITING_GEN
+            self.s.put(f'{self.pre}straggler', self.round_n * JobStore.WAITING_GEN + named)
         g = keys[1 + b // stalls._PER_KEY]
         self.s.put(g, int(self.s.data[g]) + ((self.w - 1) << (stalls._FIELD * (b % stalls._PER_KEY))))
         self.s.put(keys[0], int(self.s.data[keys[0]]) + self.w - 1)
@@ -224,8 +224,8 @@ class Rank:
         self.dog.halt.set()  # `end` and `linger` return at once instead of waiting for the main thread
         st = rank_state()
         st.world, st.main, st.dog = self.world, self.main, self.dog
-        st.announce = liveness.local_at_record(self.world)  # as `start_liveness` sets it under distrib.launch
-        st.checks, st.group, st.colls = (stalls.watch, stalls.watch_stragglers), 'joined', 7
+        st.announce = liveness._local_at_record(self.world)  # as `start_liveness` sets it under distrib.launch
+        st.checks, st.group, st.colls = (stalls._watch, stalls._watch_stragglers), 'joined', 7
         self.ended = None
     def tick(self):
         "The watchdog's tick (its exception, had it one: the thread would count the store unreachable)"
@@ -297,7 +297,7 @@ def _quiet(f):
 # ------------------------------------------------------------------------------------------------------------------
 # The phases: each a list of roles (name, how many of the W ranks play it, a function W -> counts per second)
 
-HOLD = 3  # seconds: the deadlock hold (`waits.MISMATCH_AFTER`)
+HOLD = 3  # seconds: the deadlock hold (`stalls._MISMATCH_AFTER`)
 WARM, SPAN = 5, 20  # seconds of each phase before counting (past the deadlock hold, 3 s), and counted
 
 def training(W:int, me:int=1)->dict:
@@ -523,7 +523,7 @@ def agent_copy(W:int)->dict:
     with tempfile.TemporaryDirectory() as d:
         for q in range(NODE):
             reset_rank_state()
-            rec = liveness.AtRecord(liveness.at_record_path(d, q))
+            rec = liveness._AtRecord(liveness._at_record_path(d, q))
             rank_state().announce = rec
             with position.doing('collective', 'all_reduce_sum'): pass
             rec.close()

@@ -12,14 +12,13 @@ from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
 from .position import (rank_state, reset_rank_state, position, describe, peer_verdict, exit_verdict,
                                       oldest_queued)
-from .schema import JobStore, JobFailure, WAITING_GEN, AT_RECORD_BYTES, parse_heartbeat, encode_at_record
+from .schema import JobStore, JobFailure
 
 # %% auto #0
 __all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'EXIT_RECORD_WAIT', 'AT_DIR_ENV', 'liveness_timeout', 'running',
            'remember_position', 'where_now', 'heartbeat_where', 'report_failure', 'settle', 'add_check', 'main_stack',
-           'waits_for_others', 'at_record_path', 'AtRecord', 'local_at_record', 'read_at_record', 'copy_at_records',
-           'start_liveness', 'reset_liveness', 'script_ended', 'set_group_state', 'stop_liveness', 'exits_recorded',
-           'record_exit']
+           'waits_for_others', 'copy_at_records', 'start_liveness', 'reset_liveness', 'script_ended', 'set_group_state',
+           'stop_liveness', 'exits_recorded', 'record_exit']
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9e9e7210
 INTERVAL = 1.0                   # seconds between two heartbeats of a rank (and two checks of its watchdog)
@@ -207,7 +206,7 @@ class _Watchdog(threading.Thread):
             self.js.publish_heartbeat(r, hb, main_stack() if blocked and not self.counted else None)
         if self.ending: return
         if blocked != self.counted:  # the second call: this rank counts itself in `waiting`, or no more
-            st.waiting = self.js.add(JobStore.WAITING, 1 if blocked else WAITING_GEN - 1)
+            st.waiting = self.js.add(JobStore.WAITING, 1 if blocked else JobStore.WAITING_GEN - 1)
             self.counted = blocked
         elif self.todo: self.todo.popleft()(self.js)
         else: self.read(now)
@@ -230,7 +229,7 @@ class _Watchdog(threading.Thread):
             if how is not None: return self.peer_failed(self.passed[0], how, self.passed[1])
         if self.watched is None: return
         if not self.known: self.known = self.store.check([hb_key])  # until its first heartbeat
-        else: self.watch(parse_heartbeat(self.values[hb_key]), now)
+        else: self.watch(JobStore.parse_heartbeat(self.values[hb_key]), now)
 
     def watch(self, hb:dict, now:float):
         "The verdict on the watched rank from its heartbeat `hb`: report it if it failed this rank"
@@ -330,49 +329,50 @@ class _Watchdog(threading.Thread):
 
 # %% ../../nbs/05_runtime.liveness.ipynb #a40e0002
 AT_DIR_ENV = 'DISTRIB_AT_DIR'  # the environment variable naming the directory of the workers' at-records
-def at_record_path(directory:str,     # the job's directory of at-records (`DISTRIB_AT_DIR`)
+def _at_record_path(directory:str,     # the job's directory of at-records (`DISTRIB_AT_DIR`)
                    rank:int,          # the worker's global rank
                    restart_count:int=0, # the attempt (torchrun's TORCHELASTIC_RESTART_COUNT)
                   )->str:             # the file's path
     "The file of rank `rank`'s at-record in attempt `restart_count`, in `directory`"
     return os.path.join(directory, f"{restart_count}.{rank}")
 
-class AtRecord:
+class _AtRecord:
     """This rank's at-record in the local file `path`, opened (created, emptied) once: calling it writes where the
     main thread is now and its count of distrib collectives (`position()`, `RankState.colls`) with one `os.pwrite`
-    of `AT_RECORD_BYTES` bytes at offset 0: no store call, no allocation of disk blocks after the first. Its write's
-    `OSError` (a disk gone) is ignored: the record is an aid. Raises `OSError` when the file cannot be opened."""
+    of `JobStore.AT_RECORD_BYTES` bytes at offset 0: no store call, no allocation of disk blocks after the first. Its
+    write's `OSError` (a disk gone) is ignored: the record is an aid. Raises `OSError` when the file cannot be
+    opened."""
     def __init__(self, path:str):
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
     def __call__(self):
         st = rank_state()
-        try: os.pwrite(self.fd, encode_at_record(position(), st.colls), 0)
+        try: os.pwrite(self.fd, JobStore.encode_at_record(position(), st.colls), 0)
         except OSError: pass  # the record is an aid: the collective goes on
 
     def close(self):
         "Close the file (it stays, for the launcher to read)"
         if self.fd is not None: os.close(self.fd); self.fd = None
 
-def local_at_record(world:World)->AtRecord|None:
-    """The `AtRecord` of rank `world.rank` in the directory that `distrib.launch`'s agent names in `DISTRIB_AT_DIR`;
+def _local_at_record(world:World)->_AtRecord|None:
+    """The `_AtRecord` of rank `world.rank` in the directory that `distrib.launch`'s agent names in `DISTRIB_AT_DIR`;
     None without one (another launcher), or when its file cannot be created (one line on stderr says so)"""
     d = os.environ.get(AT_DIR_ENV)
     if not d: return None
-    try: return AtRecord(at_record_path(d, world.rank, world.restart_count))
+    try: return _AtRecord(_at_record_path(d, world.rank, world.restart_count))
     except OSError as e:
         print(f"distrib: rank {world.rank}: cannot write its at-record in {d} ({e}); after a crash inside a "
               "collective the launcher's summary goes by the heartbeats alone", file=sys.stderr)
         return None
 
-def read_at_record(path:str)->dict|None:
+def _read_at_record(path:str)->dict|None:
     """The at-record `{'pos', 'colls'}` in the file `path`; None when there is none (no file, or an empty one: its
     rank entered no distrib collective yet) or when it cannot be read whole (read three times: a rewrite may be
     under way)"""
     for _ in range(3):
         try:
-            with open(path, 'rb') as f: data = f.read(AT_RECORD_BYTES)
+            with open(path, 'rb') as f: data = f.read(JobStore.AT_RECORD_BYTES)
         except OSError: return None
         if not data.strip(): return None
         try: rec = json.loads(data)
@@ -388,7 +388,7 @@ def copy_at_records(store,             # a client of the job's store, its keys u
     """For a launcher's agent whose run failed: copy its workers' at-records from `directory` into the job's store as
     `at/<rank>` under liveness's prefix, in one `multi_set` (no call when none has a record), for the launcher's
     summary (`distrib.runtime.postmortem.last_positions`). Raises the store's errors."""
-    recs = {r: read_at_record(at_record_path(directory, r, restart_count)) for r in ranks}
+    recs = {r: _read_at_record(_at_record_path(directory, r, restart_count)) for r in ranks}
     recs = {r: rec for r, rec in recs.items() if rec is not None}
     JobStore(store, restart_count).copy_at_records(recs)
     return recs
@@ -425,7 +425,7 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
     st.dog = _Watchdog(own, world, timeout)
     try: st.dog.publish(main)  # the first heartbeat, before this returns: an exit right after finds it in the store
     except Exception: pass  # the thread's ticks meet the store's trouble, and end this rank if it lasts
-    st.announce = local_at_record(world)
+    st.announce = _local_at_record(world)
     atexit.register(stop_liveness)
     st.dog.start()
     return True

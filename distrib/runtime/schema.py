@@ -8,11 +8,11 @@ import json, zlib, datetime
 from dataclasses import dataclass, asdict, fields
 
 # %% auto #0
-__all__ = ['WAITING_GEN', 'AT_RECORD_BYTES', 'JobFailure', 'parse_heartbeat', 'encode_at_record', 'JobStore']
+__all__ = ['JobFailure', 'JobStore']
 
 # %% ../../nbs/04a_runtime.schema.ipynb #b5c0a007
-WAITING_GEN = 1 << 20  # `waiting` and `straggler` counters: a count in their low 20 bits, how often it restarted above
-AT_RECORD_BYTES = 1024  # bytes of one at-record: its JSON, padded with spaces
+_WAITING_GEN = 1 << 20  # `waiting` and `straggler` counters: a count in their low 20 bits, how often it restarted above
+_AT_RECORD_BYTES = 1024  # bytes of one at-record: its JSON, padded with spaces
 
 def _crc(x)->str: return f"{zlib.crc32(json.dumps(x).encode() if not isinstance(x, str) else x.encode()):08x}"
 
@@ -55,20 +55,20 @@ class JobFailure:
             if d.get(k): d[k] = {int(r): b for r, b in d[k].items()}
         return cls(**{f.name: d.get(f.name) for f in fields(cls) if f.name in d} | {'kind': d.get('kind') or 'raised'})
 
-def parse_heartbeat(raw)->dict:
+def _parse_heartbeat(raw)->dict:
     """A heartbeat read from the store (bytes or str; JSON of a dict, `JobStore.publish_heartbeat`); {} for one that
     is not a JSON object (never a reason to stop a rank)"""
     try: hb = json.loads(raw)
     except ValueError: return {}
     return hb if isinstance(hb, dict) else {}
 
-def encode_at_record(pos:dict, colls:int)->bytes:
-    "The at-record of position `pos` after `colls` distrib collectives, as `AT_RECORD_BYTES` bytes (long names cut)"
+def _encode_at_record(pos:dict, colls:int)->bytes:
+    "The at-record of position `pos` after `colls` distrib collectives, as `_AT_RECORD_BYTES` bytes (long names cut)"
     data = json.dumps({'pos': pos, 'colls': colls}).encode()
-    if len(data) > AT_RECORD_BYTES:
+    if len(data) > _AT_RECORD_BYTES:
         pos = {k: v[:80] if isinstance(v, str) else v for k, v in pos.items()}
-        data = json.dumps({'pos': pos, 'colls': colls}).encode()[:AT_RECORD_BYTES]
-    return data.ljust(AT_RECORD_BYTES)
+        data = json.dumps({'pos': pos, 'colls': colls}).encode()[:_AT_RECORD_BYTES]
+    return data.ljust(_AT_RECORD_BYTES)
 
 class JobStore:
     """The job's store as distrib's liveness uses it: every key and counter is spelled here, and every record is
@@ -78,6 +78,8 @@ class JobStore:
     calls its docstring counts; the store's errors propagate."""
     FAILURES, WAITING, STRAGGLER, EXPLAIN, STRAGGLERS = 'failures', 'waiting', 'straggler', 'explain', 'stragglers'
     COUNTERS = (FAILURES, WAITING, STRAGGLER)  # the job's counters, which every watchdog tick reads
+    WAITING_GEN, AT_RECORD_BYTES = _WAITING_GEN, _AT_RECORD_BYTES
+    parse_heartbeat, encode_at_record = staticmethod(_parse_heartbeat), staticmethod(_encode_at_record)
     def __init__(self, store, restart_count:int|None=None):
         self.store, self.pre = store, '' if restart_count is None else f"{JobStore.prefix(restart_count)}/"
 
@@ -145,12 +147,12 @@ class JobStore:
         """The last heartbeat of each rank of `ranks` that published one, by rank: one `check` of them all, then one
         `multi_get` (when one has not published any yet, a `check` per rank first, only then)"""
         ranks = list(ranks)
-        return {ranks[i]: parse_heartbeat(v) for i, v in self._existing([self.hb_key(r) for r in ranks]).items()}
+        return {ranks[i]: _parse_heartbeat(v) for i, v in self._existing([self.hb_key(r) for r in ranks]).items()}
 
     def heartbeat(self, rank:int)->dict|None:
         "The last heartbeat of `rank`; None when it published none. A `check`, then a `get`"
         k = self.hb_key(rank)
-        return parse_heartbeat(self.store.get(k)) if self.store.check([k]) else None
+        return _parse_heartbeat(self.store.get(k)) if self.store.check([k]) else None
 
     def stacks(self, ranks)->dict:
         "The main-thread stacks (text) that ranks `ranks` published as each started to wait, by rank (as `heartbeats`)"
@@ -198,7 +200,7 @@ class JobStore:
         else: hbs = self.heartbeats(range(world_size))
         ranks = sorted(hbs)
         for i, v in self._existing([self.key(f'at/{r}') for r in ranks]).items():
-            hbs[ranks[i]]['at'] = parse_heartbeat(v)
+            hbs[ranks[i]]['at'] = _parse_heartbeat(v)
         return hbs
 
     def append_straggler(self, rec:dict):
@@ -208,4 +210,4 @@ class JobStore:
     @staticmethod
     def stragglers(raw:bytes)->list:
         "The straggler records (dicts) in `raw`, the value of `STRAGGLERS`, in the order they were appended"
-        return [parse_heartbeat(line) for line in raw.decode().splitlines()]
+        return [_parse_heartbeat(line) for line in raw.decode().splitlines()]

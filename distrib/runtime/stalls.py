@@ -11,22 +11,19 @@ import torch
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, LongPhaseTimeoutError,
                                     blame_text)
 from .position import rank_state, describe, position, seconds_or_none
-from .schema import JobStore, JobFailure, WAITING_GEN
+from .schema import JobStore, JobFailure
 from .liveness import add_check, main_stack, waits_for_others
-from .waits import MISMATCH_AFTER, peer_heartbeats, stuck_error, wait_id
+from .waits import stuck_error, wait_id
 
 # %% auto #0
-__all__ = ['STALL_FLOOR', 'STALL_STEPS', 'STACK_FRAMES', 'PHASE_REPORT_FACTOR', 'STRAGGLER_STEPS', 'STRAGGLER_RATIO',
-           'STRAGGLER_MARGIN', 'STRAGGLER_EVERY', 'HIST_LOW', 'HIST_RATIO', 'HIST_BUCKETS', 'stall_report_after',
-           'stall_timeout', 'check_stall_timeout', 'stall_timeout_for', 'note_step', 'median_step',
-           'stall_report_threshold', 'watch_phases', 'examine', 'watch', 'watch_stalls', 'straggler_steps',
-           'straggler_ratio', 'time_bucket', 'bucket_seconds', 'median_bucket', 'StepTimer', 'straggler_line',
-           'watch_stragglers', 'at_from_heartbeat', 'last_positions', 'mismatch', 'positions_text']
+__all__ = ['stall_report_after', 'check_stall_timeout', 'stall_timeout_for', 'watch_stalls', 'straggler_steps', 'straggler_ratio',
+           'StepTimer', 'last_positions', 'mismatch', 'positions_text']
 
 # %% ../../nbs/07_runtime.stalls.ipynb #5ffc1f65
-STALL_FLOOR = 60.0   # seconds: the least time a rank is stuck before the default report
-STALL_STEPS = 20     # ... and at least this many times the fit's median step time
-STACK_FRAMES = 12    # the innermost frames of a main thread's stack that a report shows
+_STALL_FLOOR = 60.0   # seconds: the least time a rank is stuck before the default report
+_STALL_STEPS = 20     # ... and at least this many times the fit's median step time
+_MISMATCH_AFTER = 3.0  # seconds a rank waits in another collective than this one's before the two diverged
+_STACK_FRAMES = 12    # the innermost frames of a main thread's stack that a report shows
 
 def _env_seconds(name:str)->float|None:
     "The number of seconds >= 0 in environment variable `name`; None when unset or empty"
@@ -39,11 +36,11 @@ def _env_seconds(name:str)->float|None:
 
 def stall_report_after()->float|None:
     """Seconds a rank stays stuck before its stall is reported: `DISTRIB_STALL_REPORT` (0: never); None when unset:
-    the default, `max(STALL_FLOOR, STALL_STEPS` × the fit's median step time`)`. Raises `ValueError` for a value that
+    the default, `max(_STALL_FLOOR, _STALL_STEPS` × the fit's median step time`)`. Raises `ValueError` for a value that
     is not a number >= 0."""
     return _env_seconds('DISTRIB_STALL_REPORT')
 
-def stall_timeout()->float|None:
+def _stall_timeout()->float|None:
     """Seconds a rank stays stuck before its stall ends the job: `distrib_ctx(stall_timeout=...)` while inside it,
     else `DISTRIB_STALL_TIMEOUT`; None (or 0): never, the job only reports it. Raises `ValueError` for an environment
     value that is not a number >= 0."""
@@ -57,7 +54,7 @@ def check_stall_timeout(t)->float|None:
 @contextmanager
 def stall_timeout_for(t:float|None, # seconds (`check_stall_timeout`); None: leave the setting as it is
                      ):
-    "Context manager: `stall_timeout()` is `t` inside the block (`distrib_ctx(stall_timeout=...)`)"
+    "Context manager: `_stall_timeout()` is `t` inside the block (`distrib_ctx(stall_timeout=...)`)"
     st = rank_state()
     prev = st.stall_timeout
     if t is not None: st.stall_timeout = t
@@ -65,7 +62,7 @@ def stall_timeout_for(t:float|None, # seconds (`check_stall_timeout`); None: lea
     finally: st.stall_timeout = prev
 
 # %% ../../nbs/07_runtime.stalls.ipynb #54fa9d75
-def note_step(p:dict, now:float):
+def _note_step(p:dict, now:float):
     "Time the training steps from position `p` seen at `now` (the watchdog's tick), in the state's `steps`"
     st = rank_state()
     if not p.get('training') or p.get('batch') is None: st.last_step = None; return
@@ -74,20 +71,20 @@ def note_step(p:dict, now:float):
         st.steps.append((now - last[1]) / (k[1] - last[0][1]))
     if last is None or last[0] != k: st.last_step = (k, now)
 
-def median_step()->float:
-    "The median seconds per training step seen so far (`note_step`); 0 before any"
+def _median_step()->float:
+    "The median seconds per training step seen so far (`_note_step`); 0 before any"
     steps = rank_state().steps
     return statistics.median(steps) if steps else 0.
 
-def stall_report_threshold()->float:
-    """Seconds a rank stays stuck before its stall is reported: `stall_report_after()`, else `max(STALL_FLOOR,
-    STALL_STEPS` × the fit's median step time`)`; `math.inf` when reports are off (`DISTRIB_STALL_REPORT=0`)"""
+def _stall_report_threshold()->float:
+    """Seconds a rank stays stuck before its stall is reported: `stall_report_after()`, else `max(_STALL_FLOOR,
+    _STALL_STEPS` × the fit's median step time`)`; `math.inf` when reports are off (`DISTRIB_STALL_REPORT=0`)"""
     after = stall_report_after()
-    if after is None: after = max(STALL_FLOOR, STALL_STEPS * median_step())
+    if after is None: after = max(_STALL_FLOOR, _STALL_STEPS * _median_step())
     return after or math.inf
 
 # %% ../../nbs/07_runtime.stalls.ipynb #a38e0002
-PHASE_REPORT_FACTOR = 10  # a declared long phase is reported after this many times the stall report's threshold
+_PHASE_REPORT_FACTOR = 10  # a declared long phase is reported after this many times the stall report's threshold
 
 def _phase_timeout(dog, name:str, age:float, timeout:float):
     "End the job: this rank has been in its declared long phase `name` for `age` s, past its `timeout`"
@@ -97,12 +94,12 @@ def _phase_timeout(dog, name:str, age:float, timeout:float):
                                 name, timeout)
     dog.end(err, stack=True)
 
-def watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store calls
+def _watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store calls
                  now:float,  # `time.monotonic()` of this tick
                 ):
     """The watchdog's check of this rank's declared long phases (`long_phase`), without a store call: ends the job
     when one lasted past its timeout (`LongPhaseTimeoutError`); reports the outermost one once it lasted
-    `PHASE_REPORT_FACTOR` × `stall_report_threshold()`, then each time its duration doubles, while a rank waits (the
+    `_PHASE_REPORT_FACTOR` × `_stall_report_threshold()`, then each time its duration doubles, while a rank waits (the
     `waiting` counter as the tick last read it) or on rank 0 (see above)"""
     st = rank_state()
     phases = st.phases
@@ -112,9 +109,9 @@ def watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store ca
     name, start, _ = phases[0]
     key, age, me = (name, start), now - start, dog.world.rank
     due = (st.phase_due[1] if st.phase_due is not None and st.phase_due[0] == key else
-           PHASE_REPORT_FACTOR * stall_report_threshold())
+           _PHASE_REPORT_FACTOR * _stall_report_threshold())
     st.phase_due = (key, due)
-    waiting = st.waiting % WAITING_GEN
+    waiting = st.waiting % JobStore.WAITING_GEN
     if age < due or not waiting and me != 0: return
     while due <= age: due *= 2
     st.phase_due = (key, due)
@@ -123,7 +120,7 @@ def watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store ca
            "no rank waits for it now (when no rank waits, rank 0 alone reports its long phases)")
     print(f"distrib: long phase: rank {me} has been in the declared long phase {name!r} for {age:.0f} s{inner}; {who}. "
           f"The job goes on (reported again at {due:.0f} s); long_phase({name!r}, timeout=SECONDS) ends it after that "
-          f"long instead.\nRank {me}'s main thread (innermost last):\n{main_stack(STACK_FRAMES)}", file=sys.stderr,
+          f"long instead.\nRank {me}'s main thread (innermost last):\n{main_stack(_STACK_FRAMES)}", file=sys.stderr,
           flush=True)
 
 # %% ../../nbs/07_runtime.stalls.ipynb #e40427a3
@@ -244,7 +241,7 @@ def _publish(dog, why:str, cause:int, odd:dict, hbs:dict):
     dog.publish_verdict(JobFailure('verdict', where=describe(pos), blame=blame, why=why, cause=cause, odd=odd,
                                    text=text))
 
-def examine(dog,        # rank 0's `_Watchdog`
+def _examine(dog,        # rank 0's `_Watchdog`
             now:float,  # `time.monotonic()` of this tick
            ):
     """Rank 0's examination, once every rank counts in `waiting` (each waits, left distrib_ctx or exited): read every
@@ -253,12 +250,12 @@ def examine(dog,        # rank 0's `_Watchdog`
     not deadlocked (all in one slow collective) is not read again until the counter says a rank moved."""
     st = rank_state()
     n, v = dog.world.world_size, st.waiting
-    if v % WAITING_GEN < n or st.settled == (v // WAITING_GEN, dog.pos_key): st.suspect = None; return
-    hold = max(MISMATCH_AFTER, 2*median_step())
-    hbs, mine = peer_heartbeats(range(n), dog.store), dog.pos
+    if v % JobStore.WAITING_GEN < n or st.settled == (v // JobStore.WAITING_GEN, dog.pos_key): st.suspect = None; return
+    hold = max(_MISMATCH_AFTER, 2*_median_step())
+    hbs, mine = dog.js.heartbeats(range(n)), dog.pos
     hbs[0] = dict(hbs.get(0, {}), pos=mine, age=now - dog.pos_since, left=st.left, colls=st.colls, state=st.state)
     found = _verdict(hbs, hold)
-    if found is None: st.settled, st.suspect = (v // WAITING_GEN, dog.pos_key), None; return
+    if found is None: st.settled, st.suspect = (v // JobStore.WAITING_GEN, dog.pos_key), None; return
     if found == 'young': return
     why, cause, odd = found
     if cause is None and waits_for_others(mine):  # no rank to blame: the deadlock from rank 0's position
@@ -275,16 +272,16 @@ def _first_step(learn)->bool:
     return p['training'] and p['batch'] == 0 and p['epoch'] == p['start_epoch']
 
 def _stall(dog, mine:dict, age:float):
-    "Report (or, past `stall_timeout()`, end) this rank's stall: at `mine` for `age` s while a peer waits for it"
+    "Report (or, past `_stall_timeout()`, end) this rank's stall: at `mine` for `age` s while a peer waits for it"
     st = rank_state()
     if waits_for_others(mine) or mine.get('phase') or st.state != 'running' or _first_step(st.learn): return
-    after, end_after = stall_report_threshold(), stall_timeout()
+    after, end_after = _stall_report_threshold(), _stall_timeout()
     if age < min(after, end_after or math.inf): return
     ending = end_after is not None and age >= end_after
     if not ending and st.stall_reported in (dog.pos_key, (dog.pos_key, st.waiting)): return
-    if st.waiting % WAITING_GEN == 0: return  # nobody waits (the counter as the watchdog last read it)
+    if st.waiting % JobStore.WAITING_GEN == 0: return  # nobody waits (the counter as the watchdog last read it)
     me, n = dog.world.rank, dog.world.world_size
-    hbs = peer_heartbeats([r for r in range(n) if r != me], dog.store)  # once per stall: one check, one multi_get
+    hbs = dog.js.heartbeats([r for r in range(n) if r != me])  # once per stall: one check, one multi_get
     waiting = {r: hb for r, hb in hbs.items() if hb.get('state') != 'exited' and waits_for_others(hb.get('pos') or {})}
     if not waiting: st.stall_reported = (dog.pos_key, st.waiting); return  # look again once the counter changes
     st.stall_reported = dog.pos_key
@@ -294,7 +291,7 @@ def _stall(dog, mine:dict, age:float):
                                                       if len(waiting) > 4 else '')
     where = describe(mine)
     head = f"rank {me} has been in {where} for {age:.0f} s, while {others}"
-    stacks = (f"Rank {me}'s main thread (innermost last):\n{main_stack(STACK_FRAMES)}" +
+    stacks = (f"Rank {me}'s main thread (innermost last):\n{main_stack(_STACK_FRAMES)}" +
               _stacks(dog.store, list(waiting)[:3]))
     if ending:
         blame = {me: {'how': f"did not arrive: it is alive and has been there for {age:.0f} s", 'where': where}}
@@ -311,60 +308,60 @@ def _queued_timeout(dog, entry:tuple, now:float):
     the heartbeats), before NCCL's own watchdog aborts the waiting ranks without a word (its timeout has a grace)."""
     st, me = rank_state(), dog.world.rank
     pos, _, since = entry
-    hbs = peer_heartbeats([r for r in range(dog.world.world_size) if r != me], dog.store)
+    hbs = dog.js.heartbeats([r for r in range(dog.world.world_size) if r != me])
     dog.end(stuck_error(describe(dict(pos, queued=False)), me, now - since, st.queue_timeout, hbs, mine=pos,
                         context=f", queued while its main thread went on (it is in {describe(position())})",
                         op=pos.get('name')), stack=True)
 
-def watch(dog,        # the rank's `_Watchdog`, after its tick's store calls
+def _watch(dog,        # the rank's `_Watchdog`, after its tick's store calls
           now:float,  # `time.monotonic()` of this tick
          ):
     """The watchdog's check of deadlocks and stalls, each tick: reports (or ends) this rank's declared long phases that
-    last (`watch_phases`); reports (or ends) a stall of this rank while others wait (the `waiting` counter says some
-    do); on rank 0, the examination of a job whose every rank waits (`examine`); ends this rank when its oldest queued
+    last (`_watch_phases`); reports (or ends) a stall of this rank while others wait (the `waiting` counter says some
+    do); on rank 0, the examination of a job whose every rank waits (`_examine`); ends this rank when its oldest queued
     collective (`mark_queued`) outlived the group's timeout"""
     st = rank_state()
-    watch_phases(dog, now)
+    _watch_phases(dog, now)
     if dog.ending: return
     mine, age = dog.pos, now - dog.pos_since
-    note_step(mine, now)
-    st.hold = max(MISMATCH_AFTER, 2*median_step())
+    _note_step(mine, now)
+    st.hold = max(_MISMATCH_AFTER, 2*_median_step())
     q = st.queued
     if q and st.queue_timeout and now - q[0][2] >= st.queue_timeout: return _queued_timeout(dog, q[0], now)
     if not waits_for_others(mine) and not (st.left and not mine.get('event')): _stall(dog, mine, age)
-    if dog.world.rank == 0 and not dog.ending: examine(dog, now)
+    if dog.world.rank == 0 and not dog.ending: _examine(dog, now)
 
 def watch_stalls():
-    """Have the watchdog run the deadlock and stall checks (`watch`) and the straggler check (`watch_stragglers`) at
+    """Have the watchdog run the deadlock and stall checks (`_watch`) and the straggler check (`_watch_stragglers`) at
     each tick (`distrib.runtime.liveness.add_check`): whoever starts liveness calls it first (`setup_distrib`, the
     worker of `python -m distrib.launch`, `notebook_launch`); calling it again does nothing"""
-    add_check(watch)
-    add_check(watch_stragglers)
+    add_check(_watch)
+    add_check(_watch_stragglers)
 
 # %% ../../nbs/07_runtime.stalls.ipynb #a30e0301
-STRAGGLER_STEPS = 200      # `DISTRIB_STRAGGLER_STEPS` by default: the steps a rank's time per step is averaged over
-STRAGGLER_RATIO = 2.0      # `DISTRIB_STRAGGLER_RATIO` by default: a straggler's time per step against the median's
-STRAGGLER_MARGIN = 0.010   # seconds per step a straggler spends at least more than the median rank
-STRAGGLER_EVERY = 10.0     # seconds at least between two rounds of the straggler check
-HIST_LOW = 1e-4      # seconds: the histogram of the ranks' times starts at 0.1 ms
-HIST_RATIO = 1.25    # each bucket's upper edge is 1.25 times its lower one
-HIST_BUCKETS = 64    # buckets, 0.1 ms to about 127 s (the last from 1e-4 * 1.25**63 s); the ends take the rest
+_STRAGGLER_STEPS = 200      # `DISTRIB_STRAGGLER_STEPS` by default: the steps a rank's time per step is averaged over
+_STRAGGLER_RATIO = 2.0      # `DISTRIB_STRAGGLER_RATIO` by default: a straggler's time per step against the median's
+_STRAGGLER_MARGIN = 0.010   # seconds per step a straggler spends at least more than the median rank
+_STRAGGLER_EVERY = 10.0     # seconds at least between two rounds of the straggler check
+_HIST_LOW = 1e-4      # seconds: the histogram of the ranks' times starts at 0.1 ms
+_HIST_RATIO = 1.25    # each bucket's upper edge is 1.25 times its lower one
+_HIST_BUCKETS = 64    # buckets, 0.1 ms to about 127 s (the last from 1e-4 * 1.25**63 s); the ends take the rest
 _FIELD, _PER_KEY, _SLOTS = 15, 4, 4  # 15-bit counts, 4 of them per counter; the rounds whose counters are kept
 
 def straggler_steps()->int:
     """The training steps a rank's time per step is averaged over for the straggler check:
-    `DISTRIB_STRAGGLER_STEPS`, default `STRAGGLER_STEPS`; 0 switches the check off. Raises `ValueError` for a value
+    `DISTRIB_STRAGGLER_STEPS`, default `_STRAGGLER_STEPS`; 0 switches the check off. Raises `ValueError` for a value
     that is not an integer >= 0."""
     v = os.environ.get('DISTRIB_STRAGGLER_STEPS', '').strip()
-    if not v: return STRAGGLER_STEPS
+    if not v: return _STRAGGLER_STEPS
     if not v.isdigit(): raise ValueError(f"DISTRIB_STRAGGLER_STEPS={v!r}: it must be a number of steps >= 0 (0: off)")
     return int(v)
 
 def straggler_ratio()->float:
     """How many times the median rank's time per step a straggler spends: `DISTRIB_STRAGGLER_RATIO`, default
-    `STRAGGLER_RATIO`; 0 switches the check off. Raises `ValueError` for a value that is neither 0 nor a number > 1."""
+    `_STRAGGLER_RATIO`; 0 switches the check off. Raises `ValueError` for a value that is neither 0 nor a number > 1."""
     v = os.environ.get('DISTRIB_STRAGGLER_RATIO', '').strip()
-    if not v: return STRAGGLER_RATIO
+    if not v: return _STRAGGLER_RATIO
     try: t = float(v)
     except ValueError: t = -1.
     if not (t == 0 or 1 < t < math.inf):
@@ -372,16 +369,16 @@ def straggler_ratio()->float:
                          "or 0 (off)")
     return t
 
-def time_bucket(secs:float)->int:
-    "The bucket of the histogram that `secs` seconds fall in: 0 to `HIST_BUCKETS - 1`, the ends taking the rest"
-    if secs <= HIST_LOW: return 0
-    return min(int(math.log(secs / HIST_LOW) / math.log(HIST_RATIO)), HIST_BUCKETS - 1)
+def _time_bucket(secs:float)->int:
+    "The bucket of the histogram that `secs` seconds fall in: 0 to `_HIST_BUCKETS - 1`, the ends taking the rest"
+    if secs <= _HIST_LOW: return 0
+    return min(int(math.log(secs / _HIST_LOW) / math.log(_HIST_RATIO)), _HIST_BUCKETS - 1)
 
-def bucket_seconds(b:int)->float:
-    "The middle of bucket `b` (geometric), in seconds: within a factor `HIST_RATIO ** 0.5` of any time in it"
-    return HIST_LOW * HIST_RATIO ** (b + 0.5)
+def _bucket_seconds(b:int)->float:
+    "The middle of bucket `b` (geometric), in seconds: within a factor `_HIST_RATIO ** 0.5` of any time in it"
+    return _HIST_LOW * _HIST_RATIO ** (b + 0.5)
 
-def median_bucket(counts:list)->int|None:
+def _median_bucket(counts:list)->int|None:
     "The bucket of the median rank (the lower median) of the histogram `counts` (ranks per bucket); None if empty"
     n, seen = sum(counts), 0
     for b, c in enumerate(counts):
@@ -398,7 +395,7 @@ class StepTimer:
     thread. On a CUDA device (`cuda=True`) the spans are CUDA events on the current stream,
     read a step later with `Event.query()` (no synchronisation; a step whose events are not done after 4 more steps
     is dropped); else `time.perf_counter()`. `DistributedTrainer` drives it; `RankState.timer` holds it."""
-    def __init__(self, steps:int, ratio:float=STRAGGLER_RATIO, cuda:bool=False):
+    def __init__(self, steps:int, ratio:float=_STRAGGLER_RATIO, cuda:bool=False):
         self.steps, self.ratio, self.cuda = steps, ratio, cuda
         self.own, self.total, self.window = deque(maxlen=steps), 0., (0., 0)
         self.cur, self.todo = None, deque()
@@ -449,20 +446,20 @@ class StepTimer:
 # %% ../../nbs/07_runtime.stalls.ipynb #a30e0305
 def _round_keys(slot:int)->list:
     "The counters of a round in slot `slot`: its count of ranks, then the histogram's 16"
-    return JobStore(None).round_keys(slot, HIST_BUCKETS // _PER_KEY)
+    return JobStore(None).round_keys(slot, _HIST_BUCKETS // _PER_KEY)
 
 def _histogram(raw:list)->list:
     "The ranks per bucket, from the histogram's counters `raw` (bytes, 4 buckets of 15 bits in each)"
     mask = (1 << _FIELD) - 1
     return [(int(v) >> (_FIELD * i)) & mask for v in raw for i in range(_PER_KEY)]
 
-def straggler_line(rec:dict)->str:
+def _straggler_line(rec:dict)->str:
     "The line rank 0 prints for a straggler's record `rec` (`rank`, `host`, `local_rank`, `own`, `median`, `steps`)"
     ms = lambda s: f"{s*1000:.3g} ms"
     return (f"distrib: straggler: rank {rec['rank']} (host {rec['host']}, local rank {rec['local_rank']}) spends "
             f"{rec['own'] / rec['median']:.1f}× the median rank's time per step outside collectives over the last "
             f"{rec['steps']} steps ({ms(rec['own'])} against {ms(rec['median'])}, the median known to within "
-            f"{(HIST_RATIO ** 0.5 - 1) * 100:.0f} %; backward, where DDP's all-reduce of gradients waits, and "
+            f"{(_HIST_RATIO ** 0.5 - 1) * 100:.0f} %; backward, where DDP's all-reduce of gradients waits, and "
             f"distrib's collectives, barriers and declared long phases do not count; DISTRIB_STRAGGLER_RATIO and "
 
             f"DISTRIB_STRAGGLER_STEPS set when a rank is named)")
@@ -474,16 +471,16 @@ def _lead(dog, s:dict, rnd:int, named:int, now:float):
         if JobStore.STRAGGLERS not in dog.values: dog.want(JobStore.STRAGGLERS)
         else:
             for rec in JobStore.stragglers(dog.values[JobStore.STRAGGLERS])[shown:named]:
-                print(straggler_line(rec), file=sys.stderr, flush=True)
+                print(_straggler_line(rec), file=sys.stderr, flush=True)
             s['shown'] = named
     timer = rank_state().timer
     if timer is None or timer.mean() is None: return
-    every = max(STRAGGLER_EVERY, timer.steps * median_step())
+    every = max(_STRAGGLER_EVERY, timer.steps * _median_step())
     if now - s.get('started', -math.inf) < every: return
     s['started'] = now
     keys = _round_keys((rnd + 1) % _SLOTS)  # last used four rounds ago
     dog.later(lambda js: js.reset(keys))
-    dog.later(lambda js: js.add(JobStore.STRAGGLER, WAITING_GEN))
+    dog.later(lambda js: js.add(JobStore.STRAGGLER, JobStore.WAITING_GEN))
 
 def _join(dog, s:dict, rnd:int):
     "This rank's part of round `rnd`: count itself in the histogram, read it once complete, name itself if it lags"
@@ -495,7 +492,7 @@ def _join(dog, s:dict, rnd:int):
         s['pending'] = p = None if own is None else {'own': own, 'n': 0, 'keys': _round_keys(rnd % _SLOTS),
                                                      'ratio': timer.ratio, 'steps': timer.steps}
         if p is None: return
-        b = time_bucket(own)
+        b = _time_bucket(own)
         dog.later(lambda js: js.add(p['keys'][1 + b // _PER_KEY], 1 << (_FIELD * (b % _PER_KEY))))
         def count(js): p['n'] = js.add(p['keys'][0], 1)
         dog.later(count)
@@ -505,8 +502,8 @@ def _join(dog, s:dict, rnd:int):
     if p['keys'][1] in dog.values:  # the histogram, complete
         s['pending'], s['decided'] = None, s.get('decided', 0) + 1
 
-        med = bucket_seconds(median_bucket(_histogram([dog.values[k] for k in p['keys'][1:]])))
-        if s.get('named') or p['own'] < p['ratio'] * med or p['own'] - med < STRAGGLER_MARGIN: return
+        med = _bucket_seconds(_median_bucket(_histogram([dog.values[k] for k in p['keys'][1:]])))
+        if s.get('named') or p['own'] < p['ratio'] * med or p['own'] - med < _STRAGGLER_MARGIN: return
         s['named'] = True
         rec = {'rank': world.rank, 'host': dog.me.get('host'), 'local_rank': world.local_rank,
                'own': p['own'], 'median': med, 'steps': p['steps']}
@@ -515,7 +512,7 @@ def _join(dog, s:dict, rnd:int):
     elif max(p['n'], int(dog.values.get(p['keys'][0], 0))) >= world.world_size: dog.want(*p['keys'][1:])
     else: dog.want(p['keys'][0])
 
-def watch_stragglers(dog,        # the rank's `_Watchdog`, after its tick's store calls
+def _watch_stragglers(dog,        # the rank's `_Watchdog`, after its tick's store calls
                      now:float,  # `time.monotonic()` of this tick
                     ):
     """The watchdog's straggler check, at each tick that read the job's counters: rank 0 starts the rounds and prints
@@ -524,12 +521,12 @@ def watch_stragglers(dog,        # the rank's `_Watchdog`, after its tick's stor
     st = rank_state()
     if not dog.fresh or st.timer is None and dog.world.rank != 0: return
     v = int(dog.values[JobStore.STRAGGLER])
-    rnd, named = v // WAITING_GEN, v % WAITING_GEN
+    rnd, named = v // JobStore.WAITING_GEN, v % JobStore.WAITING_GEN
     if dog.world.rank == 0: _lead(dog, st.straggler, rnd, named, now)
     _join(dog, st.straggler, rnd)
 
 # %% ../../nbs/07_runtime.stalls.ipynb #a1e5c0d2
-def at_from_heartbeat(hb:dict)->dict|None:
+def _at_from_heartbeat(hb:dict)->dict|None:
     """The at-record (`{'pos', 'colls', 'seen': 'heartbeat'}`) that heartbeat `hb` shows: the distrib collective its
     main thread was in, with the number of collectives it had entered then (the collective's `id`, `doing`'s count);
     None when it shows none (or a collective queued on the GPU, which is not the last one entered)"""
@@ -548,7 +545,7 @@ def last_positions(store,              # a client of the job's store, its keys u
         try:
             hbs = JobStore(store, n).all_heartbeats(world_size)  # with the at-records copied (`copy_at_records`)
             for hb in hbs.values():  # no at-record copied (another launcher): the heartbeat's collective, if any
-                at = None if hb.get('at') else at_from_heartbeat(hb)
+                at = None if hb.get('at') else _at_from_heartbeat(hb)
                 if at is not None: hb['at'] = at
         except Exception: return {}  # no store to read (it is gone): the summary goes without positions
         if hbs: return hbs

@@ -14,14 +14,12 @@ from .schema import JobStore
 from .liveness import INTERVAL, GRACE, EXIT_RECORD_WAIT, running, heartbeat_where, exits_recorded
 
 # %% auto #0
-__all__ = ['MISMATCH_AFTER', 'LONG_WAIT', 'SILENT', 'peer_heartbeats', 'wait_id', 'stuck_error', 'store_barrier', 'announce',
-           'wait_for', 'agree_cancel', 'explain_failure']
+__all__ = ['wait_id', 'stuck_error', 'store_barrier', 'announce', 'wait_for', 'agree_cancel', 'explain_failure']
 
 # %% ../../nbs/06_runtime.waits.ipynb #3acf805b
-MISMATCH_AFTER = 3.0  # seconds a rank waits in another collective than this one's before the two diverged
-LONG_WAIT = 86400.    # seconds of one server-side wait when nothing is to be checked before (a failure wakes it)
+_LONG_WAIT = 86400.    # seconds of one server-side wait when nothing is to be checked before (a failure wakes it)
 
-def peer_heartbeats(ranks, store=None)->dict:
+def _peer_heartbeats(ranks, store=None)->dict:
     """The last heartbeat of each rank of `ranks` that published one, by rank: one `check` of them all, then one
     `multi_get` (when one has not published any yet, a `check` per rank first, only then)"""
     return JobStore(rank_state().main if store is None else store).heartbeats(ranks)
@@ -96,7 +94,7 @@ class _Waiter:
         threading.Thread(target=self._run, args=(keys,), daemon=True, name='distrib-wait').start()
         return self
     def _run(self, keys:list):
-        try: self.conn.wait(keys, datetime.timedelta(seconds=LONG_WAIT))
+        try: self.conn.wait(keys, datetime.timedelta(seconds=_LONG_WAIT))
         except Exception as e: self.error = e  # handed to the main thread, which raises it (or waits again)
         finally: self.done.set()
     def close(self):
@@ -136,11 +134,11 @@ def _wait_key(key:str, what:str, check=None)->str:
         nxt = check(None) if check is not None else None
         if nxt is None:    # nothing to look at: one wait of a day, woken by the key or by the watchdog
             while True:
-                try: s.wait([key], datetime.timedelta(seconds=LONG_WAIT)); return _value(s, key, what, rank)
+                try: s.wait([key], datetime.timedelta(seconds=_LONG_WAIT)); return _value(s, key, what, rank)
                 except dist.DistStoreError: _failed(what, rank)  # a day passed: wait again
         w = _Waiter(s).start([key])
         try:
-            while not w.done.wait(max(nxt - time.monotonic(), 0.01) if nxt is not None else LONG_WAIT):
+            while not w.done.wait(max(nxt - time.monotonic(), 0.01) if nxt is not None else _LONG_WAIT):
                 _failed(what, rank)
                 if nxt is not None and time.monotonic() >= nxt: nxt = check(time.monotonic())
         finally: w.close()
@@ -158,7 +156,7 @@ def _stall_check(pending, what:str, stall_after:float|None, start:float, ranks=N
     w = rank_state().world
     def check(now):
         if now is None: return start + stall_after
-        hbs = peer_heartbeats(range(w.world_size) if ranks is None else ranks)
+        hbs = _peer_heartbeats(range(w.world_size) if ranks is None else ranks)
         late = {r: hb for r, hb in hbs.items() if r != w.rank and pending(r, hb)}
         for r, hb in late.items():
             if hb.get('state') == 'exited':
@@ -192,7 +190,7 @@ def store_barrier(name:str,                    # the barrier in words: "Learner.
     server-side wait for its last arrival. A failure of the job raises `PeerFailedError`; ranks that do not arrive
     within `stall_after` s (outside their declared long phases) `CollectiveTimeoutError` (raised by the first rank to
     arrive), or `PeerFailedError` when one exited; ranks that wait elsewhere are found by rank 0's examination of a
-    job whose ranks all wait (`distrib.runtime.stalls.examine`), which names a rank of this barrier as the cause: it
+    job whose ranks all wait (`distrib.runtime.stalls`), which names a rank of this barrier as the cause: it
     raises `RanksDivergedError`, the others `PeerFailedError`."""
     if not running(): return False
     st = rank_state()
@@ -249,7 +247,7 @@ def agree_cancel(e:BaseException,              # the Cancel*Exception this rank 
         f"raise it on every rank; to end the whole job, raise another exception") from e
 
 # %% ../../nbs/06_runtime.waits.ipynb #5bff9208
-SILENT = ("never published a heartbeat: it ended or hung before distrib's liveness started on it (under torchrun, "
+_SILENT = ("never published a heartbeat: it ended or hung before distrib's liveness started on it (under torchrun, "
           "Slurm or mpirun: before its setup_distrib), or it never started")
 
 def explain_failure(e:BaseException,          # an exception this rank raised
@@ -274,7 +272,7 @@ def explain_failure(e:BaseException,          # an exception this rank raised
             blame = info.blamed()
             return PeerFailedError(f"{op} failed on rank {w.rank}{at} because the job failed: {blame_text(blame)}",
                                    blame, op, caller)
-        hbs, ident = peer_heartbeats([r for r in range(w.world_size) if r != w.rank]), identity()
+        hbs, ident = _peer_heartbeats([r for r in range(w.world_size) if r != w.rank]), identity()
     except Exception: return e  # no store to explain it with: the original error, unchanged, is raised
     gone, quiet = {}, False
     for r, hb in hbs.items():
@@ -293,7 +291,7 @@ def explain_failure(e:BaseException,          # an exception this rank raised
     if gone: return PeerFailedError(f"{op} failed on rank {w.rank}{at}: {blame_text(gone)}", gone, op, caller)
     mine, waited = dog.pos, time.monotonic() - dog.pos_since
     late = {r: hb for r, hb in hbs.items() if wait_id(hb.get('pos', {})) != wait_id(mine)}
-    silent = {r: {'how': SILENT} for r in range(w.world_size) if r != w.rank and r not in hbs}
+    silent = {r: {'how': _SILENT} for r in range(w.world_size) if r != w.rank and r not in hbs}
     if not late and not silent: return e
     if timeout is None or waited < timeout/2:
         blame = {r: {'how': 'closed its connection (it ended)', 'where': describe(hb.get('pos', {}))}

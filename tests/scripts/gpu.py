@@ -36,7 +36,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from distrib import (Learner, DataLoaders, Callback, Checkpoint, MixedPrecision, DistributedDL, AccumMetric,
                      set_seed, setup_distrib, ParamScheduler, SchedLin, all_reduce_sum, gather_object, broadcast_object,
                      rank_distrib, num_distrib, current_world, unwrap_model, shard_model)
-from distrib.runtime.group import group_backend, distrib_timeout, nccl_grace
+from distrib.runtime.group import group_backend, distrib_timeout, _nccl_grace
 
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')  # before cuBLAS starts: deterministic checks
 DEV = os.environ.get('DISTRIB_TEST_DEVICE', 'cuda')
