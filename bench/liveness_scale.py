@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's distrib
 
 import torch.distributed as dist
-from distrib.runtime import liveness, waits, stalls, position
+from distrib.runtime import liveness, waits, stalls, stragglers, position, postmortem
 from distrib.runtime.schema import JobStore, JobFailure
 from distrib.runtime.position import rank_state, reset_rank_state
 from distrib.runtime.world import World
@@ -172,7 +172,7 @@ class Ranks:
                 cache[k] = json.dumps(hb)
             self.s.put(f'{self.pre}hb/{r}', cache[k])
         if not self.rounds: return
-        if self.me != 0 and self.n % int(stalls._STRAGGLER_EVERY) == 0: self.round(start=True)
+        if self.me != 0 and self.n % int(stragglers._STRAGGLER_EVERY) == 0: self.round(start=True)
         elif self.me == 0 and int(self.s.data.get(f'{self.pre}straggler', 0)) // JobStore.WAITING_GEN > self.round_n:
             self.round(start=False)  # the measured rank 0 started one
 
@@ -180,17 +180,17 @@ class Ranks:
         """Rank 0 starts a round of the straggler check (the simulated one when `start`), and the other simulated
         ranks count themselves in its histogram at 20 ms per step (uncounted): the rank measured joins, reads, decides"""
         self.round_n += 1
-        slot, b = self.round_n % stalls._SLOTS, stalls._time_bucket(0.020)
-        keys = [self.pre + k for k in stalls._round_keys(slot)]
+        slot, b = self.round_n % stragglers._SLOTS, stragglers._time_bucket(0.020)
+        keys = [self.pre + k for k in stragglers._round_keys(slot)]
         if start:
             for k in keys: self.s.put(k, 0)
             named = int(self.s.data.get(f'{self.pre}straggler', 0)) % JobStore.WAITING_GEN
             self.s.put(f'{self.pre}straggler', self.round_n * JobStore.WAITING_GEN + named)
-        g = keys[1 + b // stalls._PER_KEY]
-        self.s.put(g, int(self.s.data[g]) + ((self.w - 1) << (stalls._FIELD * (b % stalls._PER_KEY))))
+        g = keys[1 + b // stragglers._PER_KEY]
+        self.s.put(g, int(self.s.data[g]) + ((self.w - 1) << (stragglers._FIELD * (b % stragglers._PER_KEY))))
         self.s.put(keys[0], int(self.s.data[keys[0]]) + self.w - 1)
 
-class Full(stalls.StepTimer):
+class Full(stragglers.StepTimer):
     "A straggler check's timer with a full window of `own` seconds per step"
     def __init__(self, own:float=0.020): super().__init__(200); self.window = (own, 200)
 
@@ -225,7 +225,7 @@ class Rank:
         st = rank_state()
         st.world, st.main, st.dog = self.world, self.main, self.dog
         st.announce = liveness._local_at_record(self.world)  # as `start_liveness` sets it under distrib.launch
-        st.checks, st.group, st.colls = (stalls._watch, stalls._watch_stragglers), 'joined', 7
+        st.checks, st.group, st.colls = (stalls._watch, stragglers.watch_stragglers), 'joined', 7
         self.ended = None
     def tick(self):
         "The watchdog's tick (its exception, had it one: the thread would count the store unreachable)"
@@ -511,7 +511,7 @@ def launcher_summary(W:int)->dict:
     ranks.at(range(W), BACKWARD); ranks.beat()
     for q in range(W): store.put(f'distrib/liveness/0//at/{q}', json.dumps({'pos': coll_pos(), 'colls': 7}))
     c = store.client('launcher')
-    stalls.last_positions(c, 0, W)
+    postmortem.last_positions(c, 0, W)
     return store.counts['launcher'].total()
 
 NODE = 8  # ranks per node, for the launcher's agents
