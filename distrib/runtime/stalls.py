@@ -6,6 +6,7 @@
 from __future__ import annotations
 import os, sys, json, math
 from contextlib import contextmanager
+from dataclasses import dataclass
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, LongPhaseTimeoutError,
                                     blame_text)
 from .position import rank_state, describe, position, seconds_or_none
@@ -145,21 +146,31 @@ def _diverged(mine:dict,   # this rank's position (it waits)
                              f"pair up)", 'where': describe(p)}
     return odd or None
 
+@dataclass(frozen=True)
+class _Verdict:
+    """What the heartbeats of every rank show (`_verdict`): `state` 'moving' (no deadlock: one wait, or a rank at
+    work), 'young' (a wait shorter than the hold: look again) or 'deadlock'. A deadlock's `why` is 'left' (a rank
+    left distrib_ctx by an exception while others wait in a collective of the loop), 'cancel' or 'barrier' (ranks in
+    a Cancel*Exception's check or a distrib barrier against ranks elsewhere), 'exited' or 'paired' (collectives
+    paired wrongly); `cause` the rank to blame, the lowest of its kind (None for the last two); `odd` rank ->
+    `{'how', 'where'}` of the ranks the cause's error names."""
+    state:str
+    why:str|None=None
+    cause:int|None=None
+    odd:dict|None=None
+
+_MOVING, _YOUNG = _Verdict('moving'), _Verdict('young')
+
 def _verdict(hbs:dict,    # rank -> last heartbeat, of every rank (each waits, left distrib_ctx, or exited)
              hold:float,  # seconds a rank must have been where it waits
-            )->tuple|str|None:
-    """What the heartbeats of every rank show: None (no deadlock: one wait, or a rank at work), 'young' (a wait
-    shorter than `hold` s: look again, but for ranks gone past a Cancel*Exception's check, which never come back),
-    or `(why, cause, odd)`: `why` is 'left' (a rank left distrib_ctx by an exception while others wait in a collective
-    of the loop), 'cancel' or 'barrier' (ranks in a Cancel*Exception's check or a distrib barrier against ranks
-    elsewhere), 'exited' or 'paired' (collectives paired wrongly); `cause`
-    the rank to blame, the lowest of its kind (None for the last two); `odd` rank -> {'how', 'where'} of the ranks
-    the cause's error names"""
+            )->_Verdict:
+    """What the heartbeats of every rank show, a `_Verdict`: a wait shorter than `hold` s is 'young' (look again),
+    but for ranks gone past a Cancel*Exception's check, which never come back"""
     live = {r: hb for r, hb in hbs.items() if hb.get('state') != 'exited'}
     gone = {r: hb for r, hb in hbs.items() if hb.get('state') == 'exited'}
     left = {r: hb for r, hb in live.items() if hb.get('left') and not (hb.get('pos') or {}).get('event')}
     waiting = {r: hb for r, hb in live.items() if r not in left and waits_for_others(hb.get('pos') or {})}
-    if len(left) + len(waiting) < len(live) or not waiting: return None
+    if len(left) + len(waiting) < len(live) or not waiting: return _MOVING
     young = any(hb.get('age', 0) < hold for hb in waiting.values())
     pos = {r: hb.get('pos') or {} for r, hb in waiting.items()}
     cancel = [r for r, p in pos.items() if p.get('op') == 'barrier' and JobStore.is_cancel(p.get('id'))]
@@ -168,19 +179,21 @@ def _verdict(hbs:dict,    # rank -> last heartbeat, of every rank (each waits, l
         odd = {r: {'how': f"went on without it, to {describe(p)}"} for r, p in pos.items() if keys[r] != keys[c]}
         level = pos[c].get('level')
         if not young or level is not None and all((pos[r].get('level') or -1) > level for r in odd):
-            return 'cancel', c, odd
-    if young: return 'young'
+            return _Verdict('deadlock', 'cancel', c, odd)
+    if young: return _YOUNG
     if left and any(p.get('event') for p in pos.values()):
-        return 'left', min(left), {r: {'how': _LEFT, 'where': describe(hb.get('pos') or {})} for r, hb in left.items()}
+        return _Verdict('deadlock', 'left', min(left), {r: {'how': _LEFT, 'where': describe(hb.get('pos') or {})}
+                                                          for r, hb in left.items()})
     keys = {r: wait_id(p) for r, p in pos.items()}
     if len(set(keys.values())) == 1:
-        if gone: return 'exited', None, {r: {'how': f"exited with code {hb.get('code')} before reaching it",
-                                             'where': describe(hb.get('pos') or {})} for r, hb in gone.items()}
-        return None if len({hbs[r].get('colls') for r in waiting}) == 1 else ('paired', None, {})
+        if gone: return _Verdict('deadlock', 'exited', None, {r: {
+            'how': f"exited with code {hb.get('code')} before reaching it", 'where': describe(hb.get('pos') or {})}
+            for r, hb in gone.items()})
+        return _MOVING if len({hbs[r].get('colls') for r in waiting}) == 1 else _Verdict('deadlock', 'paired', None, {})
     barrier = [r for r, p in pos.items() if p.get('op') == 'barrier']
-    if not barrier: return 'paired', None, {}
+    if not barrier: return _Verdict('deadlock', 'paired', None, {})
     c = min(barrier)
-    return 'barrier', c, {r: {'how': _waits_in(p)} for r, p in pos.items() if keys[r] != keys[c]}
+    return _Verdict('deadlock', 'barrier', c, {r: {'how': _waits_in(p)} for r, p in pos.items() if keys[r] != keys[c]})
 
 # %% ../../nbs/07_runtime.stalls.ipynb #95a2ec57
 def _stacks(store, ranks)->str:
@@ -239,9 +252,9 @@ def _examine(dog,        # rank 0's `_Watchdog`
     hbs, mine = dog.js.heartbeats(range(n)), dog.pos
     hbs[0] = dict(hbs.get(0, {}), pos=mine, age=now - dog.pos_since, left=st.left, colls=st.colls, state=st.state)
     found = _verdict(hbs, hold)
-    if found is None: st.settled, st.suspect = (v // JobStore.WAITING_GEN, dog.pos_key), None; return
-    if found == 'young': return
-    why, cause, odd = found
+    if found.state == 'moving': st.settled, st.suspect = (v // JobStore.WAITING_GEN, dog.pos_key), None; return
+    if found.state == 'young': return
+    why, cause, odd = found.why, found.cause, found.odd
     if cause is None and waits_for_others(mine):  # no rank to blame: the deadlock from rank 0's position
         odd = _diverged(mine, {r: hb for r, hb in hbs.items() if r != 0}, hold, st.colls) or odd
     if not _confirmed(dog.pos_key, odd or {0: {}}, hbs): return
