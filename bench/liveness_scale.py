@@ -23,7 +23,7 @@ saturation. Last, the comparison with the figures of the protocol before issue 3
 benchmark's first version, run on the code of commit faab3c1), the table of the README's Performance section.
 """
 from __future__ import annotations
-import argparse, datetime, json, math, multiprocessing as mp, os, sys, tempfile, time as _time, types, zlib
+import argparse, datetime, json, math, multiprocessing as mp, os, sys, tempfile, time as _time, types
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's distrib
 
 import torch.distributed as dist
-from distrib.runtime import liveness, waits, stalls, position
+from distrib.runtime import liveness, waits, stalls, stragglers, position, postmortem
+from distrib.runtime.schema import JobStore, JobFailure
 from distrib.runtime.position import rank_state, reset_rank_state
 from distrib.runtime.world import World
 
@@ -171,25 +172,25 @@ class Ranks:
                 cache[k] = json.dumps(hb)
             self.s.put(f'{self.pre}hb/{r}', cache[k])
         if not self.rounds: return
-        if self.me != 0 and self.n % int(stalls.STRAGGLER_EVERY) == 0: self.round(start=True)
-        elif self.me == 0 and int(self.s.data.get(f'{self.pre}straggler', 0)) // liveness.WAITING_GEN > self.round_n:
+        if self.me != 0 and self.n % int(stragglers._STRAGGLER_EVERY) == 0: self.round(start=True)
+        elif self.me == 0 and int(self.s.data.get(f'{self.pre}straggler', 0)) // JobStore.WAITING_GEN > self.round_n:
             self.round(start=False)  # the measured rank 0 started one
 
     def round(self, start:bool):
         """Rank 0 starts a round of the straggler check (the simulated one when `start`), and the other simulated
         ranks count themselves in its histogram at 20 ms per step (uncounted): the rank measured joins, reads, decides"""
         self.round_n += 1
-        slot, b = self.round_n % stalls._SLOTS, stalls.time_bucket(0.020)
-        keys = [self.pre + k for k in stalls._round_keys(slot)]
+        slot, b = self.round_n % stragglers._SLOTS, stragglers._time_bucket(0.020)
+        keys = [self.pre + k for k in stragglers._round_keys(slot)]
         if start:
             for k in keys: self.s.put(k, 0)
-            named = int(self.s.data.get(f'{self.pre}straggler', 0)) % liveness.WAITING_GEN
-            self.s.put(f'{self.pre}straggler', self.round_n * liveness.WAITING_GEN + named)
-        g = keys[1 + b // stalls._PER_KEY]
-        self.s.put(g, int(self.s.data[g]) + ((self.w - 1) << (stalls._FIELD * (b % stalls._PER_KEY))))
+            named = int(self.s.data.get(f'{self.pre}straggler', 0)) % JobStore.WAITING_GEN
+            self.s.put(f'{self.pre}straggler', self.round_n * JobStore.WAITING_GEN + named)
+        g = keys[1 + b // stragglers._PER_KEY]
+        self.s.put(g, int(self.s.data[g]) + ((self.w - 1) << (stragglers._FIELD * (b % stragglers._PER_KEY))))
         self.s.put(keys[0], int(self.s.data[keys[0]]) + self.w - 1)
 
-class Full(stalls.StepTimer):
+class Full(stragglers.StepTimer):
     "A straggler check's timer with a full window of `own` seconds per step"
     def __init__(self, own:float=0.020): super().__init__(200); self.window = (own, 200)
 
@@ -219,12 +220,12 @@ class Rank:
         self.world = World(rank=me, world_size=world, env='torchelastic', master_addr='127.0.0.1', master_port=1)
         self.main, own = store.client('main'), store.client('watchdog')
         self.dog = liveness._Watchdog(own, self.world, timeout)
-        for k in liveness.COUNTERS: store.put(k, 0)
+        for k in JobStore.COUNTERS: store.put(k, 0)
         self.dog.halt.set()  # `end` and `linger` return at once instead of waiting for the main thread
         st = rank_state()
         st.world, st.main, st.dog = self.world, self.main, self.dog
-        st.announce = liveness.local_at_record(self.world)  # as `start_liveness` sets it under distrib.launch
-        st.checks, st.group, st.colls = (stalls.watch, stalls.watch_stragglers), 'joined', 7
+        st.announce = liveness._local_at_record(self.world)  # as `start_liveness` sets it under distrib.launch
+        st.checks, st.group, st.colls = (stalls._watch, stragglers.watch_stragglers), 'joined', 7
         self.ended = None
     def tick(self):
         "The watchdog's tick (its exception, had it one: the thread would count the store unreachable)"
@@ -296,7 +297,7 @@ def _quiet(f):
 # ------------------------------------------------------------------------------------------------------------------
 # The phases: each a list of roles (name, how many of the W ranks play it, a function W -> counts per second)
 
-HOLD = 3  # seconds: the deadlock hold (`waits.MISMATCH_AFTER`)
+HOLD = 3  # seconds: the deadlock hold (`stalls._MISMATCH_AFTER`)
 WARM, SPAN = 5, 20  # seconds of each phase before counting (past the deadlock hold, 3 s), and counted
 
 def training(W:int, me:int=1)->dict:
@@ -358,11 +359,11 @@ def barrier_wait(W:int)->dict:
     "Rank 1 in `store_barrier` (distrib_barrier, Learner.save, rank0_first) with W-2 others, rank 0 in a long phase"
     r = Run(W, 1)
     name, k = 'distrib_barrier()', 1
-    key = f'barrier/{k}/{zlib.crc32(name.encode()):08x}'
+    key = JobStore(None).barrier_key(k, name)
     r.ranks.at([0], phase_pos()); r.ranks.at(range(2, W), barrier_pos(name, k), barriers=1)
     r.store.put(key, W - 2)
     def arrive(run):  # rank 0 arrives last: it sets the barrier's done key
-        run.store.put(key, int(run.store.data[key]) + 1); run.store.put(f'{key}/done', 'ok')
+        run.store.put(key, int(run.store.data[key]) + 1); run.store.put(JobStore.done_key(key), 'ok')
     r.hooks.append(_arrive_at(WARM + SPAN + 1, arrive))
     waits.store_barrier(name, None)
     return r.rate(WARM, WARM + SPAN)
@@ -370,10 +371,10 @@ def barrier_wait(W:int)->dict:
 def rank0_wait(W:int)->dict:
     "Rank 1 in `wait_for` rank 0's status (rank0_first's wait) while rank 0 runs the function in a long phase"
     r = Run(W, 1)
-    key = 'rank0_only/1'
+    key = JobStore(None).announce_key(1)
     r.ranks.at([0], phase_pos()); r.ranks.at(range(2, W), barrier_pos("run f (rank0_first)'s wait for rank 0", key))
     r.hooks.append(_arrive_at(WARM + SPAN + 1, lambda run: run.store.put(key, '')))
-    waits.wait_for(key, 0, "run f (rank0_first)'s wait for rank 0", None)
+    waits.wait_for(1, 0, "run f (rank0_first)'s wait for rank 0", None)
     return r.rate(WARM, WARM + SPAN)
 
 def cancel_wait(W:int)->dict:
@@ -382,11 +383,11 @@ def cancel_wait(W:int)->dict:
     learn = FakeLearn(**training_pos(3))
     position.track(learn)
     what = "the check that every rank raised CancelBatchException"
-    key = f"cancel/1/{zlib.crc32(json.dumps(['CancelBatchException', 3]).encode()):08x}"
+    key = JobStore(None).cancel_key(1, 'CancelBatchException', 3)[0]
     r.ranks.at([0], training_pos(3)); r.ranks.at(range(2, W), dict(training_pos(3), op='barrier', name=what,
                                                                     id='cancel/1'), cancels=1)
     r.store.put(key, W - 2)
-    def arrive(run): run.store.put(key, int(run.store.data[key]) + 1); run.store.put(f'{key}/done', 'ok')
+    def arrive(run): run.store.put(key, int(run.store.data[key]) + 1); run.store.put(JobStore.done_key(key), 'ok')
     r.hooks.append(_arrive_at(WARM + SPAN + 1, arrive))
     waits.agree_cancel(CancelBatchException(), None)
     return r.rate(WARM, WARM + SPAN)
@@ -399,7 +400,7 @@ def stalled(W:int)->dict:
         position.track(FakeLearn(**training_pos(3)))
         r.ranks.at(range(W), BACKWARD)
         for q in range(W):
-            if q != 1: r.store.put(f'stack/{q}', stalls.main_stack())
+            if q != 1: r.store.put(JobStore(None).stack_key(q), stalls.main_stack())
         _quiet(lambda: r.run(WARM + SPAN))
     finally: del os.environ['DISTRIB_STALL_REPORT']
     return r.rate(WARM - 1, WARM + SPAN)  # the report at 5 s included
@@ -437,8 +438,8 @@ def deadlock_other(W:int)->dict:
     r.ranks.at([0] + list(range(3, W)), BACKWARD); r.ranks.at([1], coll_pos('gather_object', 8), left=LEFT)
     def verdict(run):
         run.store.put('failures', 1)
-        run.store.put('failure/1', json.dumps({'kind': 'verdict', 'rank': None, 'cause': 1, 'text': 'a deadlock',
-                                               'blame': {'1': {'how': 'left distrib_ctx', 'where': 'gather_object'}}}))
+        run.store.put('failure/1', JobFailure('verdict', cause=1, text='a deadlock', blame={
+            1: {'how': 'left distrib_ctx', 'where': 'gather_object'}}).encode())
     r.hooks.append(_arrive_at(5, verdict))
     for _ in range(10):
         r.run(1)
@@ -471,8 +472,8 @@ def failure_other(W:int)->dict:
     r.run(3)
     r.rank.ended = 'no ticks'
     r.store.put('explain', 1); r.store.put('failures', 1)
-    r.store.put('failure/1', json.dumps({'rank': 1, 'kind': 'peer', 'summary': 'PeerFailedError: ...',
-                                         'blame': {'0': {'how': 'closed its connection'}}, 'where': None}))
+    r.store.put('failure/1', JobFailure('peer', rank=1, summary='PeerFailedError: ...',
+                                        blame={0: {'how': 'closed its connection'}}).encode())
     return per_incident(r, _fail_in_a_collective)
 
 def exit_launcher(W:int)->dict:
@@ -494,8 +495,8 @@ def exit_reader(W:int)->dict:
         a = own()
         how = position.exit_verdict(json.loads(r.store.data['hb/1']), 0)  # the launcher's record (`record_exit`)
         r.store.put('failures', int(r.store.data['failures']) + 1)
-        r.store.put('failure/1', json.dumps({'rank': 1, 'kind': 'exit', 'code': 0, 'summary': how, 'where': None,
-                                             'blame': {'1': {'how': how, 'where': None}}}))
+        r.store.put('failure/1', JobFailure('exit', rank=1, code=0, summary=how,
+                                            blame={1: {'how': how, 'where': None}}).encode())
         for _ in range(5):
             r.run(1)
             if r.rank.ended is not None: break
@@ -510,7 +511,7 @@ def launcher_summary(W:int)->dict:
     ranks.at(range(W), BACKWARD); ranks.beat()
     for q in range(W): store.put(f'distrib/liveness/0//at/{q}', json.dumps({'pos': coll_pos(), 'colls': 7}))
     c = store.client('launcher')
-    stalls.last_positions(c, 0, W)
+    postmortem.last_positions(c, 0, W)
     return store.counts['launcher'].total()
 
 NODE = 8  # ranks per node, for the launcher's agents
@@ -522,7 +523,7 @@ def agent_copy(W:int)->dict:
     with tempfile.TemporaryDirectory() as d:
         for q in range(NODE):
             reset_rank_state()
-            rec = liveness.AtRecord(liveness.at_record_path(d, q))
+            rec = liveness._AtRecord(liveness._at_record_path(d, q))
             rank_state().announce = rec
             with position.doing('collective', 'all_reduce_sum'): pass
             rec.close()

@@ -18,7 +18,7 @@ from torch.distributed.elastic.agent.server.api import WorkerState
 from ..runtime.errors import ErrorRecord, Failure, root_failure
 from ..runtime.procs import reaping_stopped_children
 from ..runtime.liveness import record_exit, copy_at_records, AT_DIR_ENV
-from ..runtime.stalls import last_positions, mismatch, positions_text
+from ..runtime.postmortem import last_positions, mismatch, positions_text
 from .store import LaunchError, listen_socket, localhost_store
 
 # %% auto #0

@@ -12,8 +12,8 @@ from .world import current_world
 
 # %% auto #0
 __all__ = ['traceback_collective', 'in_collective', 'blame_text', 'CollectiveTimeoutError', 'PeerFailedError',
-           'RanksDivergedError', 'LongPhaseTimeoutError', 'failure_kind', 'open_in_place', 'ErrorRecord',
-           'record_error', 'Failure', 'root_failure']
+           'RanksDivergedError', 'LongPhaseTimeoutError', 'open_in_place', 'ErrorRecord', 'record_error', 'Failure',
+           'root_failure']
 
 # %% ../../nbs/02_runtime.errors.ipynb #6e9532d7
 def traceback_collective(tb)->tuple:
@@ -79,7 +79,7 @@ class LongPhaseTimeoutError(TimeoutError):
     def __reduce__(self): return (type(self), (str(self), self.phase, self.timeout))
 
 # %% ../../nbs/02_runtime.errors.ipynb #1711500f
-def failure_kind(e:BaseException)->str:
+def _failure_kind(e:BaseException)->str:
     """`ErrorRecord.kind` of exception `e`: 'interrupted', 'exit', 'stopped' (SIGTERM turned into torch elastic's
     `SignalException`: the agent stopping its workers after another failed), 'stall', 'peer' or 'raised'"""
     if isinstance(e, KeyboardInterrupt): return 'interrupted'
@@ -116,7 +116,7 @@ class ErrorRecord:
         time (float): `time.time()` when it was recorded, in seconds.
         exception (bytes, optional): the pickled exception, when it pickles and unpickles.
         seq (int, optional): its place in the job's order of failures, 1 for the first; None without a job store.
-        kind (str): 'raised', 'interrupted', 'exit', 'stopped', 'stall' or 'peer' (`failure_kind`). Default 'raised'.
+        kind (str): 'raised', 'interrupted', 'exit', 'stopped', 'stall' or 'peer' (`_failure_kind`). Default 'raised'.
         collective (str, optional): the collective it was raised in (`in_collective`); None outside any.
         position (str, optional): where the rank was, in words ('before_batch (epoch 0, training batch 3)').
         blame (dict, optional): rank -> `{'how': ..., 'where': ...}`, the ranks a 'stall' or 'peer' blames.
@@ -142,7 +142,7 @@ class ErrorRecord:
         try: exc = pickle.dumps(e); pickle.loads(exc)
         except Exception: exc = None  # an exception that does not pickle: the record keeps its type and text only
         return cls(current_world().rank if rank is None else rank, type(e).__name__, str(e), tb_text, time.time(), exc,
-                   seq, failure_kind(e), in_collective(e), position, getattr(e, 'blame', None) or None)
+                   seq, _failure_kind(e), in_collective(e), position, getattr(e, 'blame', None) or None)
 
     @property
     def summary(self)->str:

@@ -16,7 +16,7 @@ from .waits import store_barrier, announce, wait_for, explain_failure
 from .stalls import watch_stalls
 
 # %% auto #0
-__all__ = ['DEFAULT_TIMEOUT', 'rank_device', 'default_backend', 'nccl_grace', 'setup_distrib', 'ensure_distrib', 'group_backend',
+__all__ = ['DEFAULT_TIMEOUT', 'rank_device', 'default_backend', 'setup_distrib', 'ensure_distrib', 'group_backend',
            'distrib_timeout', 'group_timeout', 'distrib_barrier', 'teardown_distrib', 'skip_exit_barrier', 'rank0_only',
            'rank0_first']
 
@@ -159,18 +159,18 @@ def _refuse_shared_gpu(store,                   # the group's store (a PrefixSto
                      f"most one process per GPU (python -m distrib.launch --nproc_per_node {n}), or pass "
                      "backend='gloo' to share a GPU")
 
-def nccl_grace(timeout:datetime.timedelta)->datetime.timedelta:
+def _nccl_grace(timeout:datetime.timedelta)->datetime.timedelta:
     "What the NCCL backend of a group waits beyond the group's `timeout`: max(60 s, 10 % of it)"
     return max(datetime.timedelta(seconds=60), timeout / 10)
 
 def _nccl_backstop(timeout:datetime.timedelta, group=None):
     """Give the NCCL backend of `group` (default: the default group), if it has one, `timeout` plus
-    `nccl_grace(timeout)` (torch's `Backend._set_default_timeout`, as its `_set_pg_timeout` does): NCCL's watchdog,
+    `_nccl_grace(timeout)` (torch's `Backend._set_default_timeout`, as its `_set_pg_timeout` does): NCCL's watchdog,
     which aborts the process without naming anyone, then acts only after distrib's own report at `timeout`; gloo keeps
     `timeout`"""
     if group_backend('cuda', group) != 'nccl': return
     pg = dist.group.WORLD if group is None else group
-    pg._get_backend(torch.device('cuda'))._set_default_timeout(timeout + nccl_grace(timeout))
+    pg._get_backend(torch.device('cuda'))._set_default_timeout(timeout + _nccl_grace(timeout))
 
 def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; an int means `cuda:<int>`
                   backend:str|None=None,  # 'gloo', 'nccl', 'cpu:gloo,cuda:nccl', ...; None: `default_backend(device)`
@@ -339,7 +339,7 @@ def rank0_only(func,      # called with no argument, on rank 0
     `func` raises on rank 0, the exception propagates there and every other rank raises `PeerFailedError` naming it.
     Needs the process group (`ensure_distrib`)."""
     _State.n_rank0_first += 1
-    key, rank0, live = f'rank0_only/{_State.n_rank0_first}', dist.get_rank() == 0, liveness_running()
+    key, rank0, live = _State.n_rank0_first, dist.get_rank() == 0, liveness_running()
     if live: store_barrier(what, group_timeout())
     if rank0:
         res, status = _rank0_status(what, func)

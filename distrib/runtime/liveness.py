@@ -12,13 +12,13 @@ from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
 from .position import (rank_state, reset_rank_state, position, describe, peer_verdict, exit_verdict,
                                       oldest_queued)
+from .schema import JobStore, JobFailure
 
 # %% auto #0
-__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'EXIT_RECORD_WAIT', 'WAITING_GEN', 'AT_DIR_ENV', 'AT_RECORD_BYTES',
-           'COUNTERS', 'liveness_timeout', 'running', 'remember_position', 'where_now', 'heartbeat_where', 'blame_of',
-           'job_failure', 'report_failure', 'settle', 'parse_heartbeat', 'add_check', 'main_stack', 'waits_for_others',
-           'at_record_path', 'AtRecord', 'local_at_record', 'read_at_record', 'copy_at_records', 'start_liveness',
-           'reset_liveness', 'script_ended', 'set_group_state', 'stop_liveness', 'exits_recorded', 'record_exit']
+__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'EXIT_RECORD_WAIT', 'AT_DIR_ENV', 'liveness_timeout', 'running',
+           'remember_position', 'where_now', 'heartbeat_where', 'report_failure', 'settle', 'add_check', 'main_stack',
+           'waits_for_others', 'copy_at_records', 'start_liveness', 'reset_liveness', 'script_ended', 'set_group_state',
+           'stop_liveness', 'exits_recorded', 'record_exit']
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9e9e7210
 INTERVAL = 1.0                   # seconds between two heartbeats of a rank (and two checks of its watchdog)
@@ -66,25 +66,6 @@ def heartbeat_where(hb:dict)->str|None:
     "Where heartbeat `hb` says its rank is, in words; None when it says nothing"
     return describe(hb['pos']) if hb.get('pos') else None
 
-def blame_of(info:dict)->dict:
-    "The ranks a published failure summary or verdict `info` blames: its own blame, or its rank and what it raised"
-    if info.get('blame'): return {int(r): b for r, b in info['blame'].items()}
-    if info.get('rank') is None: return {}
-    return {int(info['rank']): {'how': f"failed ({info.get('summary')})", 'where': info.get('where')}}
-
-def job_failure(store,             # a client of the job's store (liveness's prefix)
-                n:int|None=None,   # the job's `failures` counter when known (the watchdog's tick reads it)
-               )->dict|None:
-    """The summary of the job's first failure (`{'rank', 'kind', 'summary', 'blame', 'where'}`) or verdict
-    (`{'kind': 'verdict', 'rank': None, 'why', 'cause', 'blame', 'odd', 'text', 'where'}`); None when there is none.
-    Without `n`, one `add` reads the counter; then a `wait` and a `get` read the first record."""
-    if store is None: return None
-    if n is None: n = int(store.add('failures', 0))
-    if n == 0: return None
-    try: store.wait(['failure/1'], datetime.timedelta(seconds=2))  # reported, its summary about to be written
-    except Exception: return {'rank': None, 'summary': 'a failure whose report did not complete'}  # the reporter died
-    return json.loads(store.get('failure/1'))
-
 def report_failure(e:BaseException,         # the exception this rank fails with
                    path:str|None=None,      # the ErrorRecord's file; default: `start_liveness`'s, else torchrun's
                    tb_text:str|None=None,   # its formatted traceback; default: formatted from `e`
@@ -92,23 +73,29 @@ def report_failure(e:BaseException,         # the exception this rank fails with
                   )->ErrorRecord|None:      # the record; None when this process reported already
     """Report this rank's failure `e`: its number in the job's order of failures, its `ErrorRecord` (with its
     position) in `path`, then its summary in the job's store for the other ranks. Without a job store, only the
-    record (`seq` None). Only the first call of a process reports."""
+    record (`seq` None). Only the first call of a process reports: a later one is the same failure seen again (the
+    main thread's `PeerFailedError` after its watchdog reported it) or another failure after it, which gets one line
+    on stderr, never a second record."""
     st = rank_state()
     with _LOCK:
-        if st.reported: return None
-        st.reported = True
+        first = st.reported is None
+        if first: st.reported = e
+    if not first:
+        if not isinstance(e, PeerFailedError) and e is not st.reported:
+            r = st.world.rank if st.world is not None else os.environ.get('RANK', '?')
+            print(f"distrib: rank {r}: {type(e).__name__}: {str(e).strip().partition(chr(10))[0][:300]} (after its "
+                  "failure was reported: not reported again)", file=sys.stderr, flush=True)
+        return None
     store = st.main if store is None else store
-    seq, where = None, where_now()
-    try: seq = int(store.add('failures', 1)) if store is not None else None
+    seq, where, js = None, where_now(), None if store is None else JobStore(store)
+    try: seq = js.add(JobStore.FAILURES, 1) if js is not None else None
     except Exception: pass  # the store is gone: the record is still written, without its place in the job's order
     rec = ErrorRecord.from_exception(e, tb_text=tb_text, position=where, seq=seq)
     path = path or st.record_path or os.environ.get('TORCHELASTIC_ERROR_FILE')
     if path: rec.write(path)
     if seq is not None:
         blame = rec.blame if rec.kind in ('peer', 'stall') else None  # a cause blames itself
-        info = {'rank': rec.rank, 'kind': rec.kind, 'summary': rec.summary, 'where': where,
-                'blame': None if not blame else {str(r): b for r, b in blame.items()}}
-        try: store.set(f'failure/{seq}', json.dumps(info))
+        try: js.write_failure(seq, JobFailure(rec.kind, rec.rank, rec.summary, where, blame or None))
         except Exception: pass  # the store is gone: the peers see this rank exit instead, and the record file stays
     return rec
 
@@ -118,18 +105,9 @@ def settle(rec:ErrorRecord|None):
     cause's record in place: one server-side `wait` for the second record, no polling"""
     st = rank_state()
     if rec is None or rec.kind not in ('peer', 'stall') or rec.seq != 1 or st.main is None: return
-    try: st.main.wait(['failure/2'], datetime.timedelta(seconds=GRACE))
-    except Exception: pass  # no other report within GRACE (or no store): go on
+    JobStore(st.main).await_failure(2, GRACE)  # no other report within GRACE (or no store): go on
 
 # %% ../../nbs/05_runtime.liveness.ipynb #01563515
-WAITING_GEN = 1 << 20  # the `waiting` counter: the ranks waiting in its low 20 bits, how often one stopped above
-
-def parse_heartbeat(raw:bytes)->dict:
-    "A heartbeat read from the store; {} for one that is not a JSON object (never a reason to stop a rank)"
-    try: hb = json.loads(raw)
-    except ValueError: return {}
-    return hb if isinstance(hb, dict) else {}
-
 def add_check(check):
     """Have the watchdog call `check(watchdog, now)` at each tick, after its store calls (the deadlock, stall and
     straggler checks: `distrib.runtime.stalls.watch_stalls`); a check already added is not added twice"""
@@ -149,10 +127,15 @@ def waits_for_others(p:dict)->bool:
 class _Watchdog(threading.Thread):
     """This rank's heartbeat and watchdog: a daemon thread with its own client of the job's store, two calls per
     tick (the heartbeat's `set`, then one read or one write; see the section above), then the checks of
-    `RankState.checks`, each `check(watchdog, now)`"""
+    `RankState.checks`, each `check(watchdog, now)`. What a check may use of it (its interface; the rest is its own):
+    `world` (this rank's `World`), `me` (`identity()`), `store` and `js` (its client, and the `JobStore` over it),
+    `pos`, `pos_key`, `pos_since` (this rank's position as the last heartbeat published it, a key of it, and since
+    when), `values` and `fresh` (what this tick's read returned, and whether there was one), `want(*keys)` and
+    `later(write)` (a read or a write at a coming tick), `ending` (True once it ends this rank), `end(err, ...)`
+    (the one way a rank ends) and `publish_verdict(info)` (rank 0's verdict on a deadlock, for every rank)."""
     def __init__(self, store, world:World, timeout:float):
         super().__init__(name='distrib-liveness', daemon=True)
-        self.store, self.world, self.timeout = store, world, timeout
+        self.store, self.world, self.timeout, self.js = store, world, timeout, JobStore(store)
         n = world.world_size
         self.ring = [(world.rank + i) % n for i in range(1, n)]  # it watches the first of these not gone cleanly
         self.watched, self.known, self.seen = (self.ring[0] if self.ring else None), False, None
@@ -169,7 +152,7 @@ class _Watchdog(threading.Thread):
         for k in keys: self.wanted[k] = None
 
     def later(self, write):
-        "Make `write(store)`, one store call, the second call of a coming tick, in place of its read (in order)"
+        "Make `write(js)`, one store call through a `JobStore`, the second call of a coming tick, in place of its read"
         self.todo.append(write)
 
     def heartbeat(self, now:float)->dict:
@@ -190,7 +173,7 @@ class _Watchdog(threading.Thread):
     def publish(self, store):
         """Publish this rank's heartbeat now through `store` (the main thread's client: the first heartbeat, a change
         of the process group's state), never overtaken by a tick's computed earlier"""
-        with self.lock: store.set(f'hb/{self.world.rank}', json.dumps(self.heartbeat(time.monotonic())))
+        with self.lock: JobStore(store).publish_heartbeat(self.world.rank, self.heartbeat(time.monotonic()))
 
     def run(self):
         while not self.halt.is_set():
@@ -218,15 +201,14 @@ class _Watchdog(threading.Thread):
         self.last = now
         st, r = rank_state(), self.world.rank
         with self.lock:  # the first call: the heartbeat, with its stack once a wait starts
-            hb, self.fresh = json.dumps(self.heartbeat(now)), False
+            hb, self.fresh = self.heartbeat(now), False
             blocked = self.blocked(now) if not self.ending else self.counted
-            if blocked and not self.counted: self.store.multi_set([f'hb/{r}', f'stack/{r}'], [hb, main_stack()])
-            else: self.store.set(f'hb/{r}', hb)
+            self.js.publish_heartbeat(r, hb, main_stack() if blocked and not self.counted else None)
         if self.ending: return
         if blocked != self.counted:  # the second call: this rank counts itself in `waiting`, or no more
-            st.waiting = int(self.store.add('waiting', 1 if blocked else WAITING_GEN - 1))
+            st.waiting = self.js.add(JobStore.WAITING, 1 if blocked else JobStore.WAITING_GEN - 1)
             self.counted = blocked
-        elif self.todo: self.todo.popleft()(self.store)
+        elif self.todo: self.todo.popleft()(self.js)
         else: self.read(now)
         if self.ending: return
         for check in st.checks: check(self, now)
@@ -235,18 +217,19 @@ class _Watchdog(threading.Thread):
         "The tick's read: the job's counters, the watched rank's heartbeat, the keys the checks want; then the verdicts"
         st = rank_state()
         wanted, self.wanted = list(self.wanted), {}
-        keys = ['failures', 'waiting', 'straggler'] + ([f'hb/{self.watched}'] if self.known else []) + wanted
+        hb_key = self.js.hb_key(self.watched) if self.watched is not None else None
+        keys = list(JobStore.COUNTERS) + ([hb_key] if self.known else []) + wanted
         self.values, self.fresh = dict(zip(keys, self.store.multi_get(keys))), True
-        n, st.waiting = int(self.values['failures']), int(self.values['waiting'])
+        n, st.waiting = int(self.values[JobStore.FAILURES]), int(self.values[JobStore.WAITING])
         if n > self.failures:
             self.failures = n
-            return self.job_failed(job_failure(self.store, n))
+            return self.job_failed(self.js.first_failure(n))
         if self.passed is not None:  # an exited peer passed over never joins a group this rank sets up from now on
             how = peer_verdict(self.passed[1], 0., {'group': st.group, 'state': st.state}, self.timeout, None)
             if how is not None: return self.peer_failed(self.passed[0], how, self.passed[1])
         if self.watched is None: return
-        if not self.known: self.known = self.store.check([f'hb/{self.watched}'])  # until its first heartbeat
-        else: self.watch(parse_heartbeat(self.values[f'hb/{self.watched}']), now)
+        if not self.known: self.known = self.store.check([hb_key])  # until its first heartbeat
+        else: self.watch(JobStore.parse_heartbeat(self.values[hb_key]), now)
 
     def watch(self, hb:dict, now:float):
         "The verdict on the watched rank from its heartbeat `hb`: report it if it failed this rank"
@@ -270,7 +253,12 @@ class _Watchdog(threading.Thread):
         blame = {r: {'how': how, 'where': heartbeat_where(hb)}}
         self.end(PeerFailedError(f"rank {self.world.rank} stops: {blame_text(blame)} (its last heartbeat)", blame))
 
-    def wake_main(self, info:dict):
+    def publish_verdict(self, info:JobFailure):
+        "Append rank 0's verdict `info` to the job's failures (two calls); act on it at once when it is the first"
+        seq = self.js.report(info)
+        if seq == 1: self.failures = seq; self.job_failed(info)
+
+    def wake_main(self, info:JobFailure):
         "Give the main thread the job's failure `info`, waking it when it waits in a distrib barrier"
         st = rank_state()
         st.failure = info
@@ -279,34 +267,28 @@ class _Watchdog(threading.Thread):
             try: self.store.set(key, 'failed')
             except Exception: pass  # the store is gone: the main thread's wait fails by itself
 
-    def job_failed(self, info:dict):
+    def job_failed(self, info:JobFailure):
         """The job failed (summary `info` of its first failure, or a verdict): end this rank, unless the failure is
         its own, or the verdict names it as the cause (it then reports its own error: `caused`)"""
         self.wake_main(info)
         r = self.world.rank
-        if info.get('rank') == r: return self.linger()
-        if info.get('kind') == 'verdict':
-            if info.get('cause') == r: return self.caused(info)
-            return self.end(PeerFailedError(f"rank {r} stops: {info.get('text')}", blame_of(info)), stack=True)
-        blame = blame_of(info)
-        why = blame_text(blame) or info.get('summary')
+        if info.rank == r: return self.linger()
+        if info.kind == 'verdict':
+            if info.cause == r: return self.caused(info)
+            return self.end(PeerFailedError(f"rank {r} stops: {info.text}", info.blamed()), stack=True)
+        blame = info.blamed()
+        why = blame_text(blame) or info.summary
         self.end(PeerFailedError(f"rank {r} stops because the job failed: {why}", blame))
 
-    def caused(self, info:dict):
+    def caused(self, info:JobFailure):
         """A verdict names this rank as the cause: it reports the exception that left distrib_ctx when that started
         the deadlock; else its main thread raises its own error when it waits in a distrib barrier (woken by
         `wake_main`), or this rank reports the verdict as its own `RanksDivergedError`; then it ends"""
         st, r = rank_state(), self.world.rank
-        if info.get('why') == 'left' and st.left_error is not None: err, tb = st.left_error
+        if info.why == 'left' and st.left_error is not None: err, tb = st.left_error
         elif st.wait_key is not None: return self.linger()
-        else:
-            err = RanksDivergedError(info.get('text') or 'the ranks diverged', blame_of(info))
-            tb = (f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread)\nRank {r}'s main thread "
-                  f"(innermost last):\n{main_stack()}")
-        self.ending = True
-        report_failure(err, store=self.store, tb_text=tb)
-        if self.halt.wait(GRACE): return
-        exit_now(1, f"distrib: rank {r}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+        else: err, tb = RanksDivergedError(info.text or 'the ranks diverged', info.blamed()), None
+        self.end(err, tb, stack=True, line=f"distrib: rank {r}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
 
     def store_lost(self, e:Exception):
         "The job's store has been unreachable for the liveness timeout"
@@ -316,82 +298,81 @@ class _Watchdog(threading.Thread):
                                  f"unreachable for {self.timeout:.0f} s, so {host} is gone ({type(e).__name__}: {e})",
                                  blame))
 
-    def end(self, err:PeerFailedError, stack:bool=False):
-        """Report `err` for this rank (with its main thread's stack if `stack`), give the main thread GRACE seconds
-        to end by itself, then end the process. When the main thread reaches `stop_liveness` first (its script ended
-        as the peer failed), return instead: the process ends with the script's own exit code, and the failed
-        peer's stays the job's."""
+    def end(self, err:BaseException|None, # this rank's failure, to report; None: its main thread reports its own
+            tb:str|None=None,             # its traceback text; default: the watchdog's, saying where the main thread is
+            stack:bool=False,             # with the main thread's stack in the default `tb`
+            line:str|None=None,           # the line the process ends with; default 'distrib: <err>'
+            wait:float=GRACE,             # seconds the main thread has to end by itself first
+            code:int|None=1,              # the exit code after `wait`; None: the script's own (`script_ended`), or 1
+           ):
+        """The one way a rank ends from its watchdog, whatever the cause (a peer failed, the job failed, rank 0's
+        verdict, the store gone, a check's timeout: a long phase, a stall, a queued collective, a deadlock; or, with
+        `err` None, the main thread failing by itself): report `err` as this rank's failure (`report_failure`: its
+        record, and the job's order of failures), give the main thread `wait` seconds to end by itself, then end the
+        process (`exit_now`). When the main thread reaches `stop_liveness` first, return instead: the process ends
+        with the script's own exit code, and the cause's stays the job's."""
         self.ending = True
-        r = self.world.rank
-        main = f"Rank {r}'s main thread (innermost last):\n{main_stack()}" if stack else ''
-        report_failure(err, store=self.store, tb_text=f"{type(err).__name__}: {err}\n(raised by distrib's watchdog "
-                       f"thread; the main thread was in {describe(position())})\n{main}")
-        if self.halt.wait(GRACE): return
-        exit_now(1, f"distrib: {err}")
+        if err is not None:
+            if tb is None:
+                main = f"Rank {self.world.rank}'s main thread (innermost last):\n{main_stack()}" if stack else ''
+                tb = (f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread; the main thread was in "
+                      f"{describe(position())})\n{main}")
+            report_failure(err, store=self.store, tb_text=tb)
+        if self.halt.wait(wait): return
+        exit_now((rank_state().code or 1) if code is None else code, line or f"distrib: {err}")
 
     def linger(self):
         """This rank is failing by itself: make sure the process ends, even if its teardown hangs. Returns when the
         main thread reaches `stop_liveness` (its teardown is over), so that the process ends with its own code"""
-        self.ending = True
-        if self.halt.wait(3*GRACE): return
-        exit_now(rank_state().code or 1, f"distrib: rank {self.world.rank} is still running {3*GRACE:.0f} s after "
-                                         f"it failed (a hung teardown?): ending it")
+        self.end(None, wait=3*GRACE, code=None, line=f"distrib: rank {self.world.rank} is still "
+                 f"running {3*GRACE:.0f} s after it failed (a hung teardown?): ending it")
 
 # %% ../../nbs/05_runtime.liveness.ipynb #a40e0002
 AT_DIR_ENV = 'DISTRIB_AT_DIR'  # the environment variable naming the directory of the workers' at-records
-AT_RECORD_BYTES = 1024         # bytes of one at-record: its JSON, padded with spaces
-
-def at_record_path(directory:str,     # the job's directory of at-records (`DISTRIB_AT_DIR`)
+def _at_record_path(directory:str,     # the job's directory of at-records (`DISTRIB_AT_DIR`)
                    rank:int,          # the worker's global rank
                    restart_count:int=0, # the attempt (torchrun's TORCHELASTIC_RESTART_COUNT)
                   )->str:             # the file's path
     "The file of rank `rank`'s at-record in attempt `restart_count`, in `directory`"
     return os.path.join(directory, f"{restart_count}.{rank}")
 
-def _at_bytes(pos:dict, colls:int)->bytes:
-    "The at-record of position `pos` after `colls` distrib collectives, as `AT_RECORD_BYTES` bytes (long names cut)"
-    data = json.dumps({'pos': pos, 'colls': colls}).encode()
-    if len(data) > AT_RECORD_BYTES:
-        pos = {k: v[:80] if isinstance(v, str) else v for k, v in pos.items()}
-        data = json.dumps({'pos': pos, 'colls': colls}).encode()[:AT_RECORD_BYTES]
-    return data.ljust(AT_RECORD_BYTES)
-
-class AtRecord:
+class _AtRecord:
     """This rank's at-record in the local file `path`, opened (created, emptied) once: calling it writes where the
     main thread is now and its count of distrib collectives (`position()`, `RankState.colls`) with one `os.pwrite`
-    of `AT_RECORD_BYTES` bytes at offset 0: no store call, no allocation of disk blocks after the first. Its write's
-    `OSError` (a disk gone) is ignored: the record is an aid. Raises `OSError` when the file cannot be opened."""
+    of `JobStore.AT_RECORD_BYTES` bytes at offset 0: no store call, no allocation of disk blocks after the first. Its
+    write's `OSError` (a disk gone) is ignored: the record is an aid. Raises `OSError` when the file cannot be
+    opened."""
     def __init__(self, path:str):
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
     def __call__(self):
         st = rank_state()
-        try: os.pwrite(self.fd, _at_bytes(position(), st.colls), 0)
+        try: os.pwrite(self.fd, JobStore.encode_at_record(position(), st.colls), 0)
         except OSError: pass  # the record is an aid: the collective goes on
 
     def close(self):
         "Close the file (it stays, for the launcher to read)"
         if self.fd is not None: os.close(self.fd); self.fd = None
 
-def local_at_record(world:World)->AtRecord|None:
-    """The `AtRecord` of rank `world.rank` in the directory that `distrib.launch`'s agent names in `DISTRIB_AT_DIR`;
+def _local_at_record(world:World)->_AtRecord|None:
+    """The `_AtRecord` of rank `world.rank` in the directory that `distrib.launch`'s agent names in `DISTRIB_AT_DIR`;
     None without one (another launcher), or when its file cannot be created (one line on stderr says so)"""
     d = os.environ.get(AT_DIR_ENV)
     if not d: return None
-    try: return AtRecord(at_record_path(d, world.rank, world.restart_count))
+    try: return _AtRecord(_at_record_path(d, world.rank, world.restart_count))
     except OSError as e:
         print(f"distrib: rank {world.rank}: cannot write its at-record in {d} ({e}); after a crash inside a "
               "collective the launcher's summary goes by the heartbeats alone", file=sys.stderr)
         return None
 
-def read_at_record(path:str)->dict|None:
+def _read_at_record(path:str)->dict|None:
     """The at-record `{'pos', 'colls'}` in the file `path`; None when there is none (no file, or an empty one: its
     rank entered no distrib collective yet) or when it cannot be read whole (read three times: a rewrite may be
     under way)"""
     for _ in range(3):
         try:
-            with open(path, 'rb') as f: data = f.read(AT_RECORD_BYTES)
+            with open(path, 'rb') as f: data = f.read(JobStore.AT_RECORD_BYTES)
         except OSError: return None
         if not data.strip(): return None
         try: rec = json.loads(data)
@@ -406,17 +387,14 @@ def copy_at_records(store,             # a client of the job's store, its keys u
                    )->dict:            # rank -> the record copied
     """For a launcher's agent whose run failed: copy its workers' at-records from `directory` into the job's store as
     `at/<rank>` under liveness's prefix, in one `multi_set` (no call when none has a record), for the launcher's
-    summary (`distrib.runtime.stalls.last_positions`). Raises the store's errors."""
-    pre = f"distrib/liveness/{restart_count}//"  # `start_liveness`'s prefix, which PrefixStore joins with '/'
-    recs = {r: read_at_record(at_record_path(directory, r, restart_count)) for r in ranks}
+    summary (`distrib.runtime.postmortem.last_positions`). Raises the store's errors."""
+    recs = {r: _read_at_record(_at_record_path(directory, r, restart_count)) for r in ranks}
     recs = {r: rec for r, rec in recs.items() if rec is not None}
-    if recs: store.multi_set([f"{pre}at/{r}" for r in recs], [json.dumps(rec) for rec in recs.values()])
+    JobStore(store, restart_count).copy_at_records(recs)
     return recs
 
 
 # %% ../../nbs/05_runtime.liveness.ipynb #fd569f71
-COUNTERS = ('failures', 'waiting', 'straggler')  # the job's counters, which every watchdog tick reads
-
 def _connect(host:str, port:int, prefix:str)->dist.Store:
     "A new client of the TCP store at `host:port`, its keys under `prefix`"
     s = dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
@@ -434,11 +412,11 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
     world = current_world() if world is None else world
     timeout = liveness_timeout()
     if timeout == 0 or world.world_size < 2 or world.master_addr is None or world.master_port is None: return False
-    prefix = f"distrib/liveness/{world.restart_count}/"
+    prefix = JobStore.prefix(world.restart_count)
     st.addr = f"{world.master_addr}:{world.master_port}"
     try:
         main, own = (_connect(world.master_addr, world.master_port, prefix) for _ in range(2))
-        for k in COUNTERS: main.add(k, 0)  # they exist from now on: every tick's `multi_get` reads them
+        JobStore(main).create_counters()  # they exist from now on: every tick's `multi_get` reads them
     except Exception as e:  # liveness is an aid: without the store the job runs, with this warning
         print(f"distrib: rank {world.rank}: cannot reach the job's store at {st.addr} ({type(e).__name__}: {e}); "
               "running without liveness checks", file=sys.stderr)
@@ -447,7 +425,7 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
     st.dog = _Watchdog(own, world, timeout)
     try: st.dog.publish(main)  # the first heartbeat, before this returns: an exit right after finds it in the store
     except Exception: pass  # the thread's ticks meet the store's trouble, and end this rank if it lasts
-    st.announce = local_at_record(world)
+    st.announce = _local_at_record(world)
     atexit.register(stop_liveness)
     st.dog.start()
     return True
@@ -488,8 +466,8 @@ def stop_liveness(code:int|None=None, # the exit code; default: the script's, el
     if code is not None: st.code = code
     if st.code is None: st.code = 1 if getattr(sys, 'last_value', None) is not None else 0
     try:
-        st.main.set(f'hb/{dog.world.rank}', json.dumps(dog.heartbeat(time.monotonic())))
-        if not dog.counted: st.main.add('waiting', 1)  # an exited rank waits for nothing, for good
+        JobStore(st.main).publish_heartbeat(dog.world.rank, dog.heartbeat(time.monotonic()))
+        if not dog.counted: JobStore(st.main).add(JobStore.WAITING, 1)  # an exited rank waits for nothing, for good
     except Exception: pass  # exiting: a store already gone (rank 0 ended first) has no reader left
 
 # %% ../../nbs/05_runtime.liveness.ipynb #a37e0002
@@ -502,18 +480,16 @@ def record_exit(store,               # a client of the job's store, its keys unp
                 rank:int,            # the global rank of the worker that exited
                 code:int,            # its exit code
                 restart_count:int=0, # the attempt it ran in (torchrun's TORCHELASTIC_RESTART_COUNT)
-               )->dict|None:         # the record published; None when there was nothing to publish
+               )->JobFailure|None:   # the record published; None when there was nothing to publish
     """For a launcher that saw worker `rank` exit with `code`: publish the exit as the job's next failure
     (`failure/<seq>`, kind 'exit', blaming `rank` in the words of `exit_verdict`), which every rank's watchdog reads
     at its next tick, when its peers cannot know it: exit code 0 without a goodbye in its last heartbeat, or any code
     before its first heartbeat. Nothing when its heartbeat says goodbye (its watcher judges that, `peer_verdict`) or
     for another code after its first heartbeat (the launcher ends the job itself). Raises the store's errors."""
-    pre = f"distrib/liveness/{restart_count}//"  # `start_liveness`'s prefix, which PrefixStore joins with '/'
-    hb = parse_heartbeat(store.get(f'{pre}hb/{rank}')) if store.check([f'{pre}hb/{rank}']) else None
+    js = JobStore(store, restart_count)
+    hb = js.heartbeat(rank)
     if hb and (hb.get('state') == 'exited' or code != 0): return None
     how, where = exit_verdict(hb, code), heartbeat_where(hb or {})
-    info = {'rank': rank, 'kind': 'exit', 'code': code, 'summary': how, 'where': where,
-            'blame': {str(rank): {'how': how, 'where': where}}}
-    seq = int(store.add(f'{pre}failures', 1))
-    store.set(f'{pre}failure/{seq}', json.dumps(info))
+    info = JobFailure('exit', rank, how, where, {rank: {'how': how, 'where': where}}, code=code)
+    js.report(info)
     return info

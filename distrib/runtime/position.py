@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, MISSING
 
 # %% auto #0
-__all__ = ['QUEUED_MAX', 'RankState', 'rank_state', 'reset_rank_state', 'doing', 'seconds_or_none', 'long_phase', 'track',
-           'position', 'describe', 'mark_queued', 'oldest_queued', 'queue_tracking', 'peer_verdict', 'exit_verdict']
+__all__ = ['RankState', 'rank_state', 'reset_rank_state', 'doing', 'seconds_or_none', 'long_phase', 'track', 'position',
+           'describe', 'mark_queued', 'oldest_queued', 'queue_tracking', 'peer_verdict', 'exit_verdict']
 
 # %% ../../nbs/04_runtime.position.ipynb #a30e0002
 @dataclass(eq=False)
@@ -45,8 +45,9 @@ class RankState:
             thread; addr (str): 'host:port' of the store; record_path (str): where this process's ErrorRecord goes
             (None: `TORCHELASTIC_ERROR_FILE`); checks (tuple): the watchdog's checks of each tick,
             `check(watchdog, now)`; announce: called as each distrib collective starts, None: nothing (under
-            `distrib.launch`, a `distrib.runtime.liveness.AtRecord`, which writes where in a local file, for the
-            launcher's summary after a crash: no store call); reported (bool): this process reported its failure.
+            `distrib.launch`, an at-record (`distrib.runtime.liveness`), which writes where in a local file, for the
+            launcher's summary after a crash: no store call); reported: the exception this process reported as its
+            failure (`report_failure`), None before.
     What the watchdog learned, for the main thread:
         failure (dict): the job's first failure or verdict, once read; None while there is none.
         wait_key (str): the store key the main thread waits on in a distrib barrier; the watchdog sets it to wake
@@ -58,7 +59,7 @@ class RankState:
             whose stall was reported; suspect (tuple): a deadlock seen once, to confirm at the next tick; settled
             (tuple): `(waiting generation, position)` the examination found no deadlock in; stall_timeout (float):
             `distrib_ctx(stall_timeout=...)`, None: the environment's; straggler (dict): the straggler check's
-            rounds (`distrib.runtime.stalls.watch_stragglers`; `decided`: the rounds this rank decided in); hold
+            rounds (`distrib.runtime.stalls`; `decided`: the rounds this rank decided in); hold
             (float): seconds a rank waits somewhere before it counts as waiting there for the deadlock check;
             phase_due (tuple): `((name, start), seconds)`: when the outermost long phase is next reported.
     Collectives queued and not done (NCCL's: the host goes on while its GPU waits for the other ranks; `mark_queued`):
@@ -88,7 +89,7 @@ class RankState:
     record_path: str|None = None
     checks: tuple = ()
     announce: object = None
-    reported: bool = False
+    reported: object = None
     failure: dict|None = None
     wait_key: str|None = None
     waiting: int = 0
@@ -175,7 +176,7 @@ def long_phase(name:str,                # the phase in words: 'downloading the d
     torch.distributed collective's own timeout. A phase is not silent: once it has lasted 10 times the stall
     report's threshold (10 minutes by default, 20 s with `DISTRIB_STALL_REPORT=2`), the watchdog prints a line naming
     this rank, the phase and how long, with the main thread's stack, and again each time the duration doubles
-    (`distrib.runtime.stalls.watch_phases`). With `timeout`, the watchdog ends the job once the phase has lasted that
+    (`distrib.runtime.stalls`). With `timeout`, the watchdog ends the job once the phase has lasted that
     many seconds, with a `LongPhaseTimeoutError` naming it (a phase inside another: each one's timeout counts). Both
     need liveness (two ranks or more under a launcher). Raises `ValueError` for a `timeout` that is not a number > 0."""
     return _phase(name, seconds_or_none(timeout, 'long_phase(timeout={!r})', 'for no limit'))
@@ -231,7 +232,7 @@ def describe(p:dict)->str:
 
 
 # %% ../../nbs/04_runtime.position.ipynb #a30e0402
-QUEUED_MAX = 1024  # collectives kept queued at most: the newest are dropped beyond (only the oldest matters)
+_QUEUED_MAX = 1024  # collectives kept queued at most: the newest are dropped beyond (only the oldest matters)
 
 def _query(event, device:int)->bool:
     "Whether CUDA event `event` on `device` completed, without blocking, from any thread"
@@ -252,7 +253,7 @@ def mark_queued(name:str|None=None,  # the collective: 'all_reduce_sum'; None: t
         event, device = torch.cuda.Event(), torch.cuda.current_device()
         event.record()
         done = lambda: _query(event, device)
-    if len(st.queued) >= QUEUED_MAX: return
+    if len(st.queued) >= _QUEUED_MAX: return
     p = position()
     p.pop('phase', None)
     p.update(pos)

@@ -4,33 +4,27 @@
 
 # %% ../../nbs/06_runtime.waits.ipynb #fba06e28
 from __future__ import annotations
-import json, time, zlib, datetime, threading
+import time, datetime, threading
 import torch.distributed as dist
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, traceback_collective,
                                     blame_text)
 from .procs import identity, proc_state
 from .position import rank_state, doing, position, describe, peer_verdict
-from .liveness import (INTERVAL, GRACE, EXIT_RECORD_WAIT, running, parse_heartbeat, job_failure,
-                                      blame_of, heartbeat_where, exits_recorded)
+from .schema import JobStore
+from .liveness import INTERVAL, GRACE, EXIT_RECORD_WAIT, running, heartbeat_where, exits_recorded
 
 # %% auto #0
-__all__ = ['MISMATCH_AFTER', 'LONG_WAIT', 'SILENT', 'peer_heartbeats', 'late_how', 'store_barrier', 'announce', 'wait_for',
-           'agree_cancel', 'explain_failure']
+__all__ = ['wait_id', 'stuck_error', 'store_barrier', 'announce', 'wait_for', 'agree_cancel', 'explain_failure']
 
 # %% ../../nbs/06_runtime.waits.ipynb #3acf805b
-MISMATCH_AFTER = 3.0  # seconds a rank waits in another collective than this one's before the two diverged
-LONG_WAIT = 86400.    # seconds of one server-side wait when nothing is to be checked before (a failure wakes it)
+_LONG_WAIT = 86400.    # seconds of one server-side wait when nothing is to be checked before (a failure wakes it)
 
-def peer_heartbeats(ranks, store=None)->dict:
+def _peer_heartbeats(ranks, store=None)->dict:
     """The last heartbeat of each rank of `ranks` that published one, by rank: one `check` of them all, then one
     `multi_get` (when one has not published any yet, a `check` per rank first, only then)"""
-    store = rank_state().main if store is None else store
-    ranks = list(ranks)
-    if not ranks: return {}
-    if not store.check([f'hb/{r}' for r in ranks]): ranks = [r for r in ranks if store.check([f'hb/{r}'])]
-    return {r: parse_heartbeat(v) for r, v in zip(ranks, store.multi_get([f'hb/{r}' for r in ranks]))} if ranks else {}
+    return JobStore(rank_state().main if store is None else store).heartbeats(ranks)
 
-def late_how(hb:dict)->str:
+def _late_how(hb:dict)->str:
     "How a rank that did not arrive, of heartbeat `hb`, spends its time, in words"
     how = f"did not arrive: it is alive and has been there for at least {hb.get('age', 0):.0f} s"
     if hb.get('pos', {}).get('phase'):
@@ -38,24 +32,51 @@ def late_how(hb:dict)->str:
                 "as it lasts, rather than in a collective)")
     return how
 
-def _pos_key(p:dict)->tuple:
-    "What identifies one instance of a wait at position `p`"
-    return tuple(p.get(k) for k in ('event', 'level', 'sync', 'op', 'name', 'id'))
+def wait_id(p:dict)->tuple:
+    "What identifies one wait at position `p` across ranks: the loop's step and distrib's operation"
+    return tuple(p.get(k) for k in ('event', 'epoch', 'batch', 'training', 'level', 'sync', 'op', 'name', 'id'))
+
+def stuck_error(what:str,              # the wait, in words: 'all_reduce', "Learner.save's barrier"
+                rank:int,              # this rank, which waited
+                waited:float,          # seconds it waited
+                timeout:float,         # seconds it was to wait at most (the process group's timeout)
+                late:dict,             # rank -> last heartbeat, of the ranks that did not arrive
+                mine:dict|None=None,   # this rank's position: only the ranks of `late` elsewhere count, when given
+                context:str='',        # after 'after N s': ' in <where>', ', queued while its main thread went on'
+                silent:dict|None=None, # rank -> {'how'} of ranks without a heartbeat, blamed too
+                op:str|None=None,      # the collective, for the error's `op`; default `what`
+                caller:str|None=None,  # the function that called it, for the error's `caller`
+               )->CollectiveTimeoutError:
+    """The one place where a rank stuck waiting for others is decided and worded, whether it waited in a collective
+    (`explain_failure`), in one queued on the GPU (the watchdog's check, `distrib.runtime.stalls`) or in a distrib
+    barrier (`store_barrier`, `wait_for`): the `CollectiveTimeoutError` blaming the ranks of `late` (those at
+    another position than `mine`, `wait_id`, when given) that did not arrive, each with its position and how long it
+    has been there, and saying how to wait longer"""
+    if mine is not None: late = {r: hb for r, hb in late.items() if wait_id(hb.get('pos') or {}) != wait_id(mine)}
+    blame = {r: {'how': _late_how(hb), 'where': describe(hb.get('pos') or {})} for r, hb in late.items()}
+    blame |= silent or {}
+    who = blame_text(blame) or "every rank is in it (a network, or NCCL's communicator, that no longer moves?)"
+    at = f" (called from {caller})" if caller else ''
+    return CollectiveTimeoutError(
+        f"{what} timed out on rank {rank}{at} after {waited:.0f} s{context}: {who}. A wait for the other ranks lasts "
+        f"at most the process group's timeout ({timeout:.0f} s; distrib_ctx(timeout=...) or setup_distrib(timeout="
+        "...)); a rank that legitimately keeps the others waiting longer declares it with `with long_phase('...'):`, "
+        "and the others wait for it in distrib_barrier()", blame, op or what, caller)
 
 def _failed(what:str, rank:int):
     """Raise for the job's failure or verdict that the watchdog read (`RankState.failure`), if any, as rank `rank`
     waiting in `what`: its own `RanksDivergedError` when a verdict names it as the cause, else `PeerFailedError`"""
     info = rank_state().failure
-    if info is None or info.get('rank') == rank: return
-    if info.get('kind') == 'verdict' and info.get('cause') == rank:
-        odd = {int(r): b for r, b in (info.get('odd') or {}).items()}
-        if info.get('why') == 'left':
-            raise RanksDivergedError(f"rank {rank} stops waiting in {what}: {info['text']}", odd)
+    if info is None or info.rank == rank: return
+    if info.kind == 'verdict' and info.cause == rank:
+        odd = dict(info.odd or {})
+        if info.why == 'left':
+            raise RanksDivergedError(f"rank {rank} stops waiting in {what}: {info.text}", odd)
 
         raise RanksDivergedError(f"rank {rank} waits in {what}, but {blame_text(odd)}: each waits for the other, "
                                  f"forever. Every rank must reach {what} at the same point: code that runs it on some "
                                  f"ranks only (under `if rank == 0:`) hangs the others", odd)
-    blame = blame_of(info)
+    blame = info.blamed()
     raise PeerFailedError(f"rank {rank} stops waiting in {what}: the job failed: {blame_text(blame)}", blame)
 
 class _Waiter:
@@ -73,7 +94,7 @@ class _Waiter:
         threading.Thread(target=self._run, args=(keys,), daemon=True, name='distrib-wait').start()
         return self
     def _run(self, keys:list):
-        try: self.conn.wait(keys, datetime.timedelta(seconds=LONG_WAIT))
+        try: self.conn.wait(keys, datetime.timedelta(seconds=_LONG_WAIT))
         except Exception as e: self.error = e  # handed to the main thread, which raises it (or waits again)
         finally: self.done.set()
     def close(self):
@@ -94,7 +115,7 @@ def _value(s, key:str, what:str, rank:int)->str:
     _failed(what, rank)
     v = s.get(key)
     if v != b'failed': return v.decode()
-    st.failure = st.failure or job_failure(s)  # woken by another rank's watchdog: the failure is in the store
+    st.failure = st.failure or JobStore(s).first_failure()  # woken by another rank's watchdog: it is in the store
     _failed(what, rank)
     raise PeerFailedError(f"rank {rank} stops waiting in {what}: the job failed", {})
 
@@ -113,11 +134,11 @@ def _wait_key(key:str, what:str, check=None)->str:
         nxt = check(None) if check is not None else None
         if nxt is None:    # nothing to look at: one wait of a day, woken by the key or by the watchdog
             while True:
-                try: s.wait([key], datetime.timedelta(seconds=LONG_WAIT)); return _value(s, key, what, rank)
+                try: s.wait([key], datetime.timedelta(seconds=_LONG_WAIT)); return _value(s, key, what, rank)
                 except dist.DistStoreError: _failed(what, rank)  # a day passed: wait again
         w = _Waiter(s).start([key])
         try:
-            while not w.done.wait(max(nxt - time.monotonic(), 0.01) if nxt is not None else LONG_WAIT):
+            while not w.done.wait(max(nxt - time.monotonic(), 0.01) if nxt is not None else _LONG_WAIT):
                 _failed(what, rank)
                 if nxt is not None and time.monotonic() >= nxt: nxt = check(time.monotonic())
         finally: w.close()
@@ -135,7 +156,7 @@ def _stall_check(pending, what:str, stall_after:float|None, start:float, ranks=N
     w = rank_state().world
     def check(now):
         if now is None: return start + stall_after
-        hbs = peer_heartbeats(range(w.world_size) if ranks is None else ranks)
+        hbs = _peer_heartbeats(range(w.world_size) if ranks is None else ranks)
         late = {r: hb for r, hb in hbs.items() if r != w.rank and pending(r, hb)}
         for r, hb in late.items():
             if hb.get('state') == 'exited':
@@ -147,22 +168,19 @@ def _stall_check(pending, what:str, stall_after:float|None, start:float, ranks=N
         if any(hb.get('pos', {}).get('phase') for hb in late.values()): return now + stall_after
         stuck = min(now - start, min(hb.get('age', 0) for hb in late.values()))
         if stuck < stall_after: return now + max(stall_after - stuck, INTERVAL)
-        blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()}
-        raise CollectiveTimeoutError(
-            f"{what} timed out on rank {w.rank} after {now - start:.0f} s: {blame_text(blame)}. A rank that "
-            f"legitimately keeps the others waiting longer than the process group's timeout ({stall_after:.0f} s) "
-            f"declares it with `with long_phase('...'):`, or pass a larger timeout to distrib_ctx(timeout=...) "
-            f"or setup_distrib(timeout=...)", blame, what)
+        raise stuck_error(what, w.rank, now - start, stall_after, late)
     return check
 
 def _meet(key:str, what:str, stall_after:float|None, pending):
-    """Every rank `add`s 1 to `key`; the one whose `add` returns the world size sets `key/done`; each waits for it
-    (`_wait_key`), the first to arrive looking for a stall (`_stall_check`): 2 calls per rank (3 for the last)"""
+    """Every rank `add`s 1 to `key`; the one whose `add` returns the world size sets its done key
+    (`JobStore.done_key`); each waits for it (`_wait_key`), the first to arrive looking for a stall (`_stall_check`):
+    2 calls per rank (3 for the last)"""
     st = rank_state()
-    n = int(st.main.add(key, 1))
-    if n >= st.world.world_size: st.main.set(f'{key}/done', 'ok')
+    js = JobStore(st.main)
+    n, done = js.add(key, 1), JobStore.done_key(key)
+    if n >= st.world.world_size: st.main.set(done, 'ok')
     check = _stall_check(pending, what, stall_after, time.monotonic()) if n == 1 else None
-    _wait_key(f'{key}/done', what, check)
+    _wait_key(done, what, check)
 
 def store_barrier(name:str,                    # the barrier in words: "Learner.save's barrier"
                   stall_after:float|None=None, # seconds before ranks that do not arrive are a stall; None: no limit
@@ -172,29 +190,30 @@ def store_barrier(name:str,                    # the barrier in words: "Learner.
     server-side wait for its last arrival. A failure of the job raises `PeerFailedError`; ranks that do not arrive
     within `stall_after` s (outside their declared long phases) `CollectiveTimeoutError` (raised by the first rank to
     arrive), or `PeerFailedError` when one exited; ranks that wait elsewhere are found by rank 0's examination of a
-    job whose ranks all wait (`distrib.runtime.stalls.examine`), which names a rank of this barrier as the cause: it
+    job whose ranks all wait (`distrib.runtime.stalls`), which names a rank of this barrier as the cause: it
     raises `RanksDivergedError`, the others `PeerFailedError`."""
     if not running(): return False
     st = rank_state()
     st.barriers += 1
     k = st.barriers
     with doing('barrier', name, k):
-        _meet(f'barrier/{k}/{zlib.crc32(name.encode()):08x}', name, stall_after,
-              lambda r, hb: hb.get('barriers', 0) < k)
+        _meet(JobStore(st.main).barrier_key(k, name), name, stall_after, lambda r, hb: hb.get('barriers', 0) < k)
     return True
 
-def announce(key:str, value:str):
-    "Store `value` under `key` for the ranks that `wait_for` it"
-    rank_state().main.set(key, value)
+def announce(n:int, value:str):
+    "Store `value` as announcement `n` (a number that every rank counts alike) for the ranks that `wait_for` it"
+    st = rank_state()
+    st.main.set(JobStore(st.main).announce_key(n), value)
 
-def wait_for(key:str,                   # the key another rank `announce`s
+def wait_for(n:int,                     # the announcement another rank makes (`announce`)
              rank:int,                  # the rank that announces it
              what:str,                  # this wait, in words
              stall_after:float|None=None, # as for `store_barrier`
             )->str:                     # the announced value
-    """Block until rank `rank` announced `key` (one server-side wait), as `store_barrier` waits; declared long phases
+    """Block until rank `rank` announced `n` (one server-side wait), as `store_barrier` waits; declared long phases
     of `rank` do not count. Rank `rank + 1` alone looks for its stall, reading `rank`'s heartbeat only."""
-    w = rank_state().world
+    st = rank_state()
+    w, key = st.world, JobStore(st.main).announce_key(n)
     owner = w.rank == (rank + 1) % w.world_size
     with doing('barrier', what, key):
         check = _stall_check(lambda r, hb: True, what, stall_after, time.monotonic(), [rank]) if owner else None
@@ -213,10 +232,10 @@ def agree_cancel(e:BaseException,              # the Cancel*Exception this rank 
     st.cancels += 1
     k, p = st.cancels, position()
     mine = {'type': type(e).__name__, 'level': p.get('level'), 'where': describe(p)}
-    key = f"cancel/{k}/{zlib.crc32(json.dumps([mine['type'], mine['level']]).encode()):08x}"
+    key, ident = JobStore(st.main).cancel_key(k, mine['type'], mine['level'])
     what = f"the check that every rank raised {mine['type']}"
     try:
-        with doing('barrier', what, f'cancel/{k}'):
+        with doing('barrier', what, ident):
             _meet(key, what, stall_after, lambda r, hb: hb.get('cancels', 0) < k)
         return
     except RanksDivergedError as d: others = blame_text(d.blame)
@@ -228,7 +247,7 @@ def agree_cancel(e:BaseException,              # the Cancel*Exception this rank 
         f"raise it on every rank; to end the whole job, raise another exception") from e
 
 # %% ../../nbs/06_runtime.waits.ipynb #5bff9208
-SILENT = ("never published a heartbeat: it ended or hung before distrib's liveness started on it (under torchrun, "
+_SILENT = ("never published a heartbeat: it ended or hung before distrib's liveness started on it (under torchrun, "
           "Slurm or mpirun: before its setup_distrib), or it never started")
 
 def explain_failure(e:BaseException,          # an exception this rank raised
@@ -243,17 +262,17 @@ def explain_failure(e:BaseException,          # an exception this rank raised
     if op is None: return e
     st = rank_state()
     w, dog, s = st.world, st.dog, st.main
-    at = f" (called from {caller})" if caller else ''
+    js, at = JobStore(s), f" (called from {caller})" if caller else ''
     try:
-        info = st.failure or job_failure(s)
-        if info is None and int(s.add('explain', 1)) > 1:  # another rank explains it: wait for its report
-            if not _wait_quietly(s, ['failure/1'], GRACE + 1): return e
-            info = job_failure(s)
-        if info is not None and info.get('rank') != w.rank:
-            blame = blame_of(info)
+        info = st.failure or js.first_failure()
+        if info is None and js.add(JobStore.EXPLAIN, 1) > 1:  # another rank explains it: wait for its report
+            if not _wait_quietly(s, [js.failure_key(1)], GRACE + 1): return e
+            info = js.first_failure()
+        if info is not None and info.rank != w.rank:
+            blame = info.blamed()
             return PeerFailedError(f"{op} failed on rank {w.rank}{at} because the job failed: {blame_text(blame)}",
                                    blame, op, caller)
-        hbs, ident = peer_heartbeats([r for r in range(w.world_size) if r != w.rank]), identity()
+        hbs, ident = _peer_heartbeats([r for r in range(w.world_size) if r != w.rank]), identity()
     except Exception: return e  # no store to explain it with: the original error, unchanged, is raised
     gone, quiet = {}, False
     for r, hb in hbs.items():
@@ -263,27 +282,21 @@ def explain_failure(e:BaseException,          # an exception this rank raised
         if how is not None: gone[r] = {'how': how, 'where': heartbeat_where(hb)}
         quiet = quiet or proc == 'gone' and hb.get('state') != 'exited'
     if quiet and exits_recorded():  # a process gone without a goodbye: its launcher's record says how it ended
-        try: info = job_failure(s) if _wait_quietly(s, ['failure/1'], EXIT_RECORD_WAIT) else None
+        try: info = js.first_failure() if _wait_quietly(s, [js.failure_key(1)], EXIT_RECORD_WAIT) else None
         except Exception: info = None  # none came (another exit code: the launcher ends the job): the verdict below
-        if info is not None and info.get('rank') != w.rank:
-            blame = blame_of(info)
+        if info is not None and info.rank != w.rank:
+            blame = info.blamed()
             return PeerFailedError(f"{op} failed on rank {w.rank}{at} because the job failed: {blame_text(blame)}",
                                    blame, op, caller)
     if gone: return PeerFailedError(f"{op} failed on rank {w.rank}{at}: {blame_text(gone)}", gone, op, caller)
     mine, waited = dog.pos, time.monotonic() - dog.pos_since
-    late = {r: hb for r, hb in hbs.items() if _pos_key(hb.get('pos', {})) != _pos_key(mine)}
-    silent = {r: {'how': SILENT} for r in range(w.world_size) if r != w.rank and r not in hbs}
+    late = {r: hb for r, hb in hbs.items() if wait_id(hb.get('pos', {})) != wait_id(mine)}
+    silent = {r: {'how': _SILENT} for r in range(w.world_size) if r != w.rank and r not in hbs}
     if not late and not silent: return e
     if timeout is None or waited < timeout/2:
         blame = {r: {'how': 'closed its connection (it ended)', 'where': describe(hb.get('pos', {}))}
                  for r, hb in late.items()} | silent
         return PeerFailedError(f"{op} failed on rank {w.rank}{at} after {waited:.0f} s: {blame_text(blame)}",
                                blame, op, caller)
-    blame = {r: {'how': late_how(hb), 'where': describe(hb.get('pos', {}))} for r, hb in late.items()} | silent
-    return CollectiveTimeoutError(
-
-        f"{op} timed out on rank {w.rank}{at} after {timeout:.0f} s in {describe(mine)}: "
-        f"{blame_text(blame)}. A collective waits at most the process group's timeout ({timeout:.0f} s; "
-        f"distrib_ctx(timeout=...) or setup_distrib(timeout=...)); a rank that legitimately keeps the others waiting "
-        f"longer declares it with `with long_phase('...'):` and the others wait in distrib_barrier()", blame, op,
-        caller)
+    return stuck_error(op, w.rank, timeout, timeout, late, context=f" in {describe(mine)}", silent=silent, op=op,
+                       caller=caller)

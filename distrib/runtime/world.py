@@ -11,8 +11,8 @@ import torch.distributed as dist
 from .clusters import first_host, tasks_on_node, job_port
 
 # %% auto #0
-__all__ = ['ENVIRONMENTS', 'World', 'WorldError', 'TorchElastic', 'EnvVars', 'Kubeflow', 'OpenMPI', 'MPICH', 'Slurm',
-           'detect_world', 'pg_initialized', 'current_world', 'rank_distrib', 'num_distrib', 'local_rank_distrib']
+__all__ = ['World', 'WorldError', 'detect_world', 'pg_initialized', 'current_world', 'rank_distrib', 'num_distrib',
+           'local_rank_distrib']
 
 # %% ../../nbs/00_runtime.world.ipynb #b60676c7
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def _check_place(rank:int, world_size:int, rank_var:str, size_var:str):
                          f"{size_var}={world_size}")
 
 # %% ../../nbs/00_runtime.world.ipynb #f10f1815
-class TorchElastic:
+class _TorchElastic:
     "torchrun (`torch.distributed.run`), `distrib.launch` and `notebook_launch`: the variables TorchElastic sets"
     name = 'torchelastic'
     @staticmethod
@@ -96,7 +96,7 @@ class TorchElastic:
                      'torchelastic', env.get('MASTER_ADDR'), _int(env, 'MASTER_PORT'),
                      _int(env, 'TORCHELASTIC_RESTART_COUNT', 0))
 
-class EnvVars:
+class _EnvVars:
     "`RANK` and `WORLD_SIZE` set without torchrun: by hand, or by `torch.multiprocessing` users"
     name = 'env'
     @staticmethod
@@ -113,11 +113,11 @@ class EnvVars:
         return World(rank, size, local, _int(env, 'LOCAL_WORLD_SIZE', max(local+1, 1)), _int(env, 'GROUP_RANK', 0),
                      'env', env.get('MASTER_ADDR'), _int(env, 'MASTER_PORT'))
 
-class Kubeflow:
+class _Kubeflow:
     "A pod of a Kubeflow PyTorchJob (training-operator) started without torchrun: one process per pod"
     name = 'kubeflow'
     @staticmethod
-    def detect(env:Mapping)->bool: return _set(env, 'PET_NNODES') and EnvVars.detect(env)
+    def detect(env:Mapping)->bool: return _set(env, 'PET_NNODES') and _EnvVars.detect(env)
     @staticmethod
     def world(env:Mapping)->World:
         nproc = env.get('PET_NPROC_PER_NODE', '').strip()
@@ -126,7 +126,7 @@ class Kubeflow:
                              f"RANK={env.get('RANK')} is the pod's index, not a process's. Start the script with "
                              "torchrun or python -m distrib.launch in the pod's command (they read PET_NNODES, "
                              "PET_NPROC_PER_NODE, PET_NODE_RANK), or set nprocPerNode to 1")
-        w = EnvVars.world(env)
+        w = _EnvVars.world(env)
         return replace(w, env='kubeflow', node_rank=_int(env, 'PET_NODE_RANK', w.rank))
 
 # %% ../../nbs/00_runtime.world.ipynb #a8a9914e
@@ -149,14 +149,14 @@ class _MPI:
         port = _int(env, 'MASTER_PORT') or (job_port(job) if job else 29500)
         return World(rank, size, _int(env, local_var, 0), local_size, 0, cls.name, addr, port)
 
-class OpenMPI(_MPI):
+class _OpenMPI(_MPI):
     "A process started by Open MPI's `mpirun`: the `OMPI_COMM_WORLD_*` variables"
     name = 'openmpi'
     vars = ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_LOCAL_RANK', 'OMPI_COMM_WORLD_LOCAL_SIZE')
     @staticmethod
     def job(env:Mapping)->str|None: return env.get('OMPI_MCA_ess_base_jobid') or env.get('PMIX_NAMESPACE')
 
-class MPICH(_MPI):
+class _MPICH(_MPI):
     "A process started by MPICH's or Intel MPI's `mpirun`/`mpiexec` (Hydra): the `PMI_*` variables"
     name = 'mpich'
     vars = ('PMI_RANK', 'PMI_SIZE', 'MPI_LOCALRANKID', 'MPI_LOCALNRANKS')
@@ -175,7 +175,7 @@ def _slurm_master(env:Mapping)->str|None:
                              "host") from None
     return None
 
-class Slurm:
+class _Slurm:
     "A task of a Slurm job step started by `srun` (alone, or inside `sbatch`/`salloc`): the `SLURM_*` variables"
     name = 'slurm'
     @staticmethod
@@ -197,12 +197,12 @@ class Slurm:
         return World(rank, size, _int(env, 'SLURM_LOCALID', 0), local_size, node, 'slurm', addr, port,
                      _int(env, 'SLURM_RESTART_COUNT', 0))
 
-ENVIRONMENTS = (TorchElastic, Kubeflow, EnvVars, OpenMPI, MPICH, Slurm)  # tried in this order
+_ENVIRONMENTS = (_TorchElastic, _Kubeflow, _EnvVars, _OpenMPI, _MPICH, _Slurm)  # tried in this order
 
 # %% ../../nbs/00_runtime.world.ipynb #f187ccc0
 def _cluster_world(env:Mapping)->World|None:
     "The `World` the cluster launcher (Open MPI, MPICH, Slurm) describes, or None when none did"
-    for e in (OpenMPI, MPICH, Slurm):
+    for e in (_OpenMPI, _MPICH, _Slurm):
         if e.detect(env): return e.world(env)
     return None
 
@@ -230,7 +230,7 @@ def detect_world(env:Mapping|None=None, # environment variables; default `os.env
     env = os.environ if env is None else env
     job_id = env.get('SLURM_JOB_ID', '').strip() or None
     cluster = _cluster_world(env)
-    for e in ENVIRONMENTS:
+    for e in _ENVIRONMENTS:
         if not e.detect(env): continue
         w = e.world(env)
         if cluster is not None and w.env in ('torchelastic', 'kubeflow', 'env'): _check_inside(w, cluster)

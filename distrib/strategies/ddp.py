@@ -15,7 +15,7 @@ from fastcore.basics import noop
 from ..runtime.world import World, current_world, pg_initialized
 from ..runtime.group import ensure_distrib, rank_device, group_backend
 from ..runtime.position import rank_state, track, doing, mark_queued
-from ..runtime.stalls import StepTimer, straggler_steps, straggler_ratio
+from ..runtime.stragglers import StepTimer, straggler_steps, straggler_ratio
 from ..data import DataLoaders, DistributedDL, IterableShards
 from ..loop import is_sharded
 from ..callback.core import Callback

@@ -36,7 +36,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from distrib import (Learner, DataLoaders, Callback, Checkpoint, MixedPrecision, DistributedDL, AccumMetric,
                      set_seed, setup_distrib, ParamScheduler, SchedLin, all_reduce_sum, gather_object, broadcast_object,
                      rank_distrib, num_distrib, current_world, unwrap_model, shard_model)
-from distrib.runtime.group import group_backend, distrib_timeout, nccl_grace
+from distrib.runtime.group import group_backend, distrib_timeout, _nccl_grace
 
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')  # before cuBLAS starts: deterministic checks
 DEV = os.environ.get('DISTRIB_TEST_DEVICE', 'cuda')
@@ -522,7 +522,8 @@ def queued():
     each rank finds wrong is gathered and raised on every rank at the end of each part. Assertions marked CUDA need
     NCCL; on CPU a gloo `async_op=True` all-reduce, `mark_queued(done=work.is_completed)`, stands for NCCL's."""
     from distrib.runtime.position import rank_state, doing, mark_queued
-    from distrib.runtime.liveness import running, parse_heartbeat, heartbeat_where
+    from distrib.runtime.liveness import running, heartbeat_where
+    from distrib.runtime.schema import JobStore
     assert W == 2, W
     if CUDA:   # torch's blocking wait makes `Work.wait()` block the host until the peers came: nothing is queued
         blocking = [v for v in ('TORCH_NCCL_BLOCKING_WAIT', 'NCCL_BLOCKING_WAIT') if os.environ.get(v, '0') != '0']
@@ -535,7 +536,7 @@ def queued():
     assert running(), 'liveness does not run: no heartbeat to read'
     assert st.track_queued == CUDA, f'queue tracking is {st.track_queued} under {group_backend("cuda")}'
     store = dist.PrefixStore('gpu_test/queued/', st.main)   # the control keys, beside liveness's own
-    hb = lambda r: parse_heartbeat(st.main.get(f'hb/{r}'))  # rank r's heartbeat as the peers read it
+    hb = lambda r: JobStore(st.main).heartbeat(r)  # rank r's heartbeat as the peers read it
     errs = []
     def settle(name:str):   # every rank raises what any rank found; rank 0 prints the check
         bad = [e for es in gather_object(errs) for e in es]
