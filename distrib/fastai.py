@@ -22,7 +22,7 @@ try:
     from fastai.callback.schedule import LRFinder
     from fastai.data.core import TfmdDL
     from fastai.data.load import _FakeLoader   # fastai's own DistributedDL builds its loader on it too
-    from fastai.torch_core import to_detach, apply
+    from fastai.torch_core import to_detach, to_device, apply
 
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
@@ -36,13 +36,16 @@ from .losses import item_count, start_sum, finish_sum
 from .loop import check_loop, is_sharded
 from .learner import Learner as DistribLearner
 from .model import model_device, unwrap_model
-from .files import save_file, on_rank0
+from .files import save_file, on_rank0, opt_type, check_opt_state
+from .callback.checkpoint import Checkpoint
+from .callback.preemption import Preempted
 from .strategies import ddp, dp
 import distrib.strategies.context  # noqa: its distrib_ctx, on distrib's Learner, is the one fastai's gets
 
 # %% auto #0
 __all__ = ['ShardedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'sync_metrics', 'gather_preds', 'ItemMean',
-           'DistributedTrainer', 'ParallelTrainer', 'rank0_first', 'setup_distrib', 'teardown_distrib']
+           'DistributedTrainer', 'ParallelTrainer', 'rank0_first', 'setup_distrib', 'teardown_distrib', 'Checkpoint',
+           'Preempted']
 
 # %% ../nbs/44_fastai.ipynb #ca012a1a
 class ShardedDL(TfmdDL):
@@ -59,7 +62,8 @@ class ShardedDL(TfmdDL):
 
     `get_idxs()` is the epoch's order (every rank's; fastai's `get_preds` reorders by it), `read_positions()` this
     rank's positions in it; `set_epoch(epoch)` as `DistributedSampler`'s; `start_batch = k` starts the next pass at
-    batch k. `to_detach` never gathers (distrib combines the ranks' metrics and predictions once per pass). Raises
+    batch k (`first_batch` is then k during that pass). `to_detach` never gathers (distrib combines the ranks'
+    metrics and predictions once per pass). Raises
     `ValueError` for a rank outside [0, world_size), a loader without a batch size or an unindexed dataset."""
     def __init__(self, dl, rank:int|None=None, world_size:int|None=None, pad:bool=True, seed:int=0,
                  shuffle:bool|None=None):
@@ -73,7 +77,7 @@ class ShardedDL(TfmdDL):
         self.shuffle = dl.shuffle if shuffle is None else shuffle
         self.dl = dl.new(shuffle=False) if dl.shuffle else dl   # the order before the epoch's permutation
         self.rank, self.world_size, self.pad, self.seed = rank, world_size, pad, seed
-        self.epoch, self.start_batch = 0, 0
+        self.epoch, self.start_batch, self.first_batch = 0, 0, 0
         self.bs, self.drop_last, self.dataset, fake, self.num_workers, self.offs, self.pin_memory = attrgetter(
             'bs', 'drop_last', 'dataset', 'fake_l', 'num_workers', 'offs', 'pin_memory')(self.dl)
         self.device = self.dl.device
@@ -103,7 +107,7 @@ class ShardedDL(TfmdDL):
         base = list(self.dl.get_idxs())
         perm = shard_idxs(len(base), 0, 1, self.shuffle, self.seed, self.epoch, pad=False).tolist()
         self._order = [base[i] for i in perm]
-        self._skip, self.start_batch = self.start_batch*self.bs, 0
+        self._skip, self.first_batch, self.start_batch = self.start_batch*self.bs, self.start_batch, 0
         return self._order
     def read_positions(self)->torch.Tensor:
         "Positions, in the epoch's order (`get_idxs()`), of the items this rank reads in a pass: int64, padding wrapped"
@@ -284,10 +288,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
     """distrib's `DistributedTrainer` (`distrib.strategies.ddp`, same arguments) on fastai's `Learner`: attach it
     with `learn.to_distributed()` or `learn.distrib_ctx()`. Raises what distrib's raises, and `ValueError` before a
     fit or a pass whose metrics `check_metrics` refuses."""
-    run, run_train, run_valid = True, True, True
-    def __call__(self, event:str):
-        f = getattr(self, event, None)
-        if f is not None: f()
+    run, run_train, run_valid = True, True, True   # fastai reads them; distrib's Callback.__call__ runs the events
 
     def shard_dls(self, dls, world):
         "A copy of fastai's `dls` whose loaders are `ShardedDL`s: the training loader padded, the others not"
@@ -467,6 +468,111 @@ def export(self:Learner, fname='export.pkl', pickle_module=pickle, pickle_protoc
             finally: (self.path/tmp).unlink(missing_ok=True)
     on_rank0(write, f"export {target}")
 
+# %% ../nbs/44_fastai.ipynb #800a3d81
+def _plain(o):
+    """`o` with NumPy numbers as Python's, fastai's `L` as lists and its tensor subclasses (`TensorBase`) as tensors,
+    so that `torch.load(weights_only=True)` reads it"""
+    if isinstance(o, torch.Tensor): return o if type(o) is torch.Tensor else o.as_subclass(torch.Tensor)
+    if isinstance(o, (list, L)): return [_plain(v) for v in o]
+    if isinstance(o, tuple): return tuple(_plain(v) for v in o)
+    if isinstance(o, dict): return {k: _plain(v) for k, v in o.items()}
+    return o.tolist() if type(o).__module__ == 'numpy' else o
+
+class _Resume(SkipToEpoch):
+    """The resume protocol's events on fastai's Learner, a callback for the fit: it skips the epochs before
+    `_skip_to` (fastai's `SkipToEpoch`), counts `learn.iter` from the epoch's start in a pass that a `ShardedDL`
+    started at `first_batch`, and runs the fit's exits (`on_fit_exit`) at `after_fit`, then leaves; after a fit that
+    raised, at the next `before_fit`"""
+    def __init__(self): super().__init__(0); self.exits = []
+    @property
+    def name(self)->str: return 'distrib_resume'
+    def before_fit(self): self._skip_to = 0; self._exit()
+    def before_batch(self): self.learn.iter += getattr(self.learn.dl, 'first_batch', 0)
+    def after_fit(self):
+        self._exit()
+        self.learn.remove_cb(self)
+    def _exit(self):
+        fns, self.exits = self.exits, []
+        for fn in reversed(fns): fn()
+
+def _resume_cb(learn)->_Resume:
+    "The `_Resume` callback of `learn`'s fit, added on first use"
+    cb = next((c for c in learn.cbs if isinstance(c, _Resume)), None)
+    if cb is None: learn.add_cb(cb := _Resume())
+    return cb
+
+@patch_to(Learner)
+def model_state(self:Learner, with_opt:bool=True)->dict:
+    """The loop protocol's (`distrib.loop`) model state: `{'model': the unwrapped model's state_dict, 'opt': fastai's
+    optimizer's, 'opt_type': its class}` (no optimizer when `with_opt` is False or there is none)"""
+    state = {'model': unwrap_model(self.model).state_dict()}
+    if with_opt and self.opt is not None: state.update(opt=_plain(self.opt.state_dict()), opt_type=opt_type(self.opt))
+    return state
+
+@patch_to(Learner)
+def load_model_state(self:Learner, state:dict, with_opt:bool=True, strict:bool=True, file=None)->Learner:
+    """Load what `model_state` returned (on the CPU) into the model and, with `with_opt`, fastai's optimizer (created
+    if needed; its state moved to the model's device). Raises `TypeError` naming both classes for another optimizer's
+    state (before loading anything), and what `load_state_dict` raises for another model."""
+    model, opt = unwrap_model(self.model), with_opt and 'opt' in state
+    if opt:
+        if self.opt is None: self.create_opt()
+        check_opt_state(self.opt, state, file)
+    model.load_state_dict(state['model'], strict=strict)
+    if opt:
+        self.opt.load_state_dict(to_device(state['opt'], model_device(model)))
+        self.opt.hypers = L(self.opt.hypers)   # fastai's own type
+    return self
+
+@patch_to(Learner)
+def on_fit_exit(self:Learner, fn):
+    "The loop protocol's: call `fn()` when this fit ends (`after_fit`; after a fit that raised, the next `before_fit`)"
+    _resume_cb(self).exits.append(fn)
+
+@patch_to(Learner)
+def use_sharded_train(self:Learner):
+    """The loop protocol's: for this fit, a training loader that can start mid-epoch: a `ShardedDL` of one rank over
+    fastai's (nothing under `distrib_ctx`, whose is one already). Raises what `ShardedDL` raises."""
+    _resume_cb(self)
+    dls = self.dls
+    if is_sharded(dls.train): return
+    new = copy(dls)
+    new.loaders = [ShardedDL(dls.train, 0, 1)] + list(dls.loaders[1:])
+    self.dls = new
+    def restore(): self.dls = dls
+    self.on_fit_exit(restore)
+
+@patch_to(Learner)
+def start_at(self:Learner, epoch:int):
+    "The loop protocol's: this fit skips the epochs before `epoch`, as fastai's `SkipToEpoch`"
+    _resume_cb(self)._skip_to = epoch
+
+@patch_to(Learner)
+def loop_state(self:Learner)->dict:
+    """The loop protocol's: fastai's schedule position (`train_iter`, `pct_train`) and its `Recorder`'s records.
+    Raises `ValueError` in a training pass with `Recorder(train_metrics=True)` (its running metrics are per rank)."""
+    rec = getattr(self, 'recorder', None)
+    if rec is not None and rec.train_metrics and getattr(self, 'training', False):
+        raise ValueError("Checkpoint cannot save the running training metrics of fastai's Recorder(train_metrics=True) "
+                         "in the middle of an epoch: write checkpoints at the end of epochs only (every_n_steps=None), "
+                         "or train without train_metrics")
+    state = dict(train_iter=int(self.train_iter), pct_train=float(self.pct_train))
+    if rec is not None:
+        sm = rec.smooth_loss
+        state['recorder'] = dict(lrs=_plain(rec.lrs), iters=_plain(rec.iters), losses=_plain(rec.losses),
+                                 values=_plain(rec.values), smooth=dict(count=sm.count, val=_plain(sm.val)))
+    return state
+
+@patch_to(Learner)
+def load_loop_state(self:Learner, state:dict):
+    "The loop protocol's: put back what `loop_state` returned, at the resumed fit's first training pass"
+    self.train_iter, self.pct_train = state['train_iter'], state['pct_train']
+    rec, r = getattr(self, 'recorder', None), state.get('recorder')
+    if rec is None or r is None: return
+    rec.lrs, rec.iters, rec.losses = list(r['lrs']), list(r['iters']), list(r['losses'])
+    rec.values = [L(v) for v in r['values']]
+    rec.smooth_loss.count, rec.smooth_loss.val = r['smooth']['count'], r['smooth']['val']
+
 # %% ../nbs/44_fastai.ipynb #8f151c7d
 class ParallelTrainer(dp.ParallelTrainer):
     "distrib's `ParallelTrainer` (`nn.DataParallel` in one process, `distrib.strategies.dp`) on fastai's `Learner`"
@@ -501,4 +607,5 @@ def parallel_ctx(self:Learner, device_ids:list|None=None):
     finally: self.detach_parallel()
 
 # %% ../nbs/44_fastai.ipynb #5e7c28fb
-_all_ = ['rank0_first', 'setup_distrib', 'teardown_distrib']   # distrib's, under fastai.distributed's names
+_all_ = ['rank0_first', 'setup_distrib', 'teardown_distrib',   # distrib's, under fastai.distributed's names
+         'Checkpoint', 'Preempted']   # distrib's, on fastai's Learner too (the resume protocol above)
