@@ -43,7 +43,7 @@ from .strategies import ddp, dp
 import distrib.strategies.context  # noqa: its distrib_ctx, on distrib's Learner, is the one fastai's gets
 
 # %% auto #0
-__all__ = ['ShardedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'sync_metrics', 'gather_preds', 'ItemMean',
+__all__ = ['ShardedDL', 'DistributedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'sync_metrics', 'gather_preds', 'ItemMean',
            'DistributedTrainer', 'ParallelTrainer', 'rank0_first', 'setup_distrib', 'teardown_distrib', 'Checkpoint',
            'Preempted']
 
@@ -131,6 +131,14 @@ class ShardedDL(TfmdDL):
         shuffle = kwargs.pop('shuffle', self.shuffle)
         return ShardedDL(self.dl.new(dataset, cls, shuffle=False, **kwargs), self.rank, self.world_size, pad=False,
                          seed=self.seed, shuffle=shuffle)
+
+# %% ../nbs/44_fastai.ipynb #9fed92ca
+def DistributedDL(dl, rank:int|None=None, world_size:int|None=None, device=None):
+    """fastai.distributed's name, with its signature (`dl` a fastai `DataLoader`, `rank`/`world_size` ints, `device`),
+    refused: raises `NotImplementedError` saying what to use (`learn.distrib_ctx()`, or `ShardedDL`)"""
+    raise NotImplementedError("distrib.fastai has no DistributedDL (fastai.distributed's gives each rank a contiguous "
+                              "slice, so its global batches are not one process's): learn.distrib_ctx() shards "
+                              "fastai's loaders itself; for one rank's shard call ShardedDL(dl, rank, world_size)")
 
 # %% ../nbs/44_fastai.ipynb #8ac5b21a
 _ALIKE = (GradientAccumulation, SkipToEpoch)   # callbacks whose Cancel*Exceptions every rank raises alike

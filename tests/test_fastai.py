@@ -154,3 +154,9 @@ def test_checkpoint_resumes_mid_epoch(tmp_path):
         print(f"resumed on {nproc} x {bs}: " + ', '.join(f"{k} {v:.1e}" for k, v in diffs.items()))
         assert ours['targs'] == ref['targs'] and ours['rank_spread'] == 0
         assert diffs['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in diffs.items() if k != 'weights'), diffs
+
+def test_distributed_dl_named():
+    "fastai.distributed's DistributedDL, named under `from distrib.fastai import *`, stops at once saying what to use"
+    from distrib.fastai import DistributedDL
+    with pytest.raises(NotImplementedError, match=r'learn.distrib_ctx\(\) shards .* ShardedDL\(dl, rank, world_size\)'):
+        DistributedDL(job.data(8).train, rank=0, world_size=2)
