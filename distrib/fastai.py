@@ -410,24 +410,14 @@ def to_distributed(self:Learner, device=None, sync_bn:bool=False, comm_hook:str|
     if strategy != 'ddp':
         raise ValueError(f"strategy={strategy!r} is not supported on fastai's Learner (distrib.fastai): only 'ddp'; "
                          "FSDP would shard the state of fastai's Optimizer, which distrib's FSDP trainer does not know")
-    if any(isinstance(cb, ddp.DistributedTrainer) for cb in self.cbs):
-        raise RuntimeError("This Learner is already distributed (distrib_ctx nested twice?): call "
-                           "detach_distributed() first")
-    cb = DistributedTrainer(device, sync_bn, comm_hook, comm_hook_state, compile, **kwargs)
-    self.add_cb(cb)
-    try: cb.wrap()
-    except BaseException:
-        self.remove_cb(cb)
-        raise
-    return self
+    return dp.attach(self, DistributedTrainer(device, sync_bn, comm_hook, comm_hook_state, compile, **kwargs),
+                     ddp.DistributedTrainer, "This Learner is already distributed (distrib_ctx nested twice?): call "
+                     "detach_distributed() first")
 
 @patch_to(Learner)
 def detach_distributed(self:Learner)->Learner:
     "Undo `to_distributed`: fastai's model, loaders and logging are back; a no-op when not attached"
-    for cb in [cb for cb in self.cbs if isinstance(cb, ddp.DistributedTrainer)]:
-        cb.unwrap()
-        self.remove_cb(cb)
-    return self
+    return dp.detach(self, ddp.DistributedTrainer)
 
 @patch_to(Learner)
 def distrib_ctx(self:Learner, device=None, sync_bn:bool=False, backend:str|None=None, timeout=None,
@@ -591,20 +581,13 @@ class ParallelTrainer(dp.ParallelTrainer):
 def to_parallel(self:Learner, device_ids:list|None=None)->Learner:
     """Train with `nn.DataParallel` over `device_ids` (default: all GPUs) until `detach_parallel`; `RuntimeError` if
     already attached"""
-    if any(isinstance(cb, dp.ParallelTrainer) for cb in self.cbs):
-        raise RuntimeError("This Learner already has a ParallelTrainer: call detach_parallel() first")
-    cb = ParallelTrainer(device_ids)
-    self.add_cb(cb)
-    cb.wrap()
-    return self
+    return dp.attach(self, ParallelTrainer(device_ids), dp.ParallelTrainer,
+                     "This Learner already has a ParallelTrainer: call detach_parallel() first")
 
 @patch_to(Learner)
 def detach_parallel(self:Learner)->Learner:
     "Undo `to_parallel`: the original model is back in `learn.model`; a no-op when not attached"
-    for cb in [cb for cb in self.cbs if isinstance(cb, dp.ParallelTrainer)]:
-        cb.unwrap()
-        self.remove_cb(cb)
-    return self
+    return dp.detach(self, dp.ParallelTrainer)
 
 @patch_to(Learner)
 @contextmanager
