@@ -30,7 +30,7 @@ from .runtime.world import current_world
 from .runtime.group import rank0_first, setup_distrib, teardown_distrib, group_timeout
 from .runtime.waits import agree_cancel
 from .runtime.position import doing
-from .runtime.collectives import all_reduce_sum, gather_in_order, broadcast_object
+from .runtime.collectives import all_reduce_sum, broadcast_object, comm_device
 from .data import shard_idxs
 from .losses import item_count, start_sum, finish_sum
 from .loop import check_loop, is_sharded
@@ -91,12 +91,15 @@ class ShardedDL(TfmdDL):
     def n_items(self)->int:
         "Items of the epoch, every rank's, before padding"
         return self.dl.n
+    def n_of(self, rank:int)->int:
+        "Items rank `rank` reads per epoch"
+        N, W = self.n_items, self.world_size
+        if self.drop_last: return N // (W*self.bs) * self.bs
+        return math.ceil(N/W) if self.pad else len(range(rank, N, W))
     @property
     def n(self)->int:
         "Items this rank reads per epoch"
-        N, W = self.n_items, self.world_size
-        if self.drop_last: return N // (W*self.bs) * self.bs
-        return math.ceil(N/W) if self.pad else len(range(self.rank, N, W))
+        return self.n_of(self.rank)
     def __len__(self)->int: return math.ceil(self.n/self.bs)
 
     def set_epoch(self, epoch:int):
@@ -109,9 +112,11 @@ class ShardedDL(TfmdDL):
         self._order = [base[i] for i in perm]
         self._skip, self.first_batch, self.start_batch = self.start_batch*self.bs, self.start_batch, 0
         return self._order
-    def read_positions(self)->torch.Tensor:
-        "Positions, in the epoch's order (`get_idxs()`), of the items this rank reads in a pass: int64, padding wrapped"
-        return shard_idxs(self.n_items, self.rank, self.world_size, pad=self.pad)[:self.n]
+    def read_positions(self, rank:int|None=None)->torch.Tensor:
+        """Positions, in the epoch's order (`get_idxs()`), of the items rank `rank` (default this one) reads in a pass:
+        int64, padding wrapped"""
+        r = self.rank if rank is None else rank
+        return shard_idxs(self.n_items, r, self.world_size, pad=self.pad)[:self.n_of(r)]
     def sample(self):
         items = [self._order[p] for p in self.read_positions()[self._skip:].tolist()]
         return (b for i, b in enumerate(items) if i//self.bs % self.num_workers == self.offs)
@@ -204,13 +209,53 @@ def check_metrics(metrics):
                          f"distrib_ctx: distrib combines AvgMetric, AvgLoss, AccumMetric and metrics with a "
                          f"sync(dl) method; write it as a function (AvgMetric) or an AccumMetric")
 
-def _rows(t:torch.Tensor, pos:torch.Tensor, what:str)->torch.Tensor:
-    "Every rank's rows of `t`, read at epoch positions `pos` (one or `k` rows each), in the epoch's order, once"
-    if len(t) % max(len(pos), 1):
-        raise ValueError(f"{what}: {len(t)} rows for {len(pos)} items; distrib cannot order them by item")
-    k = len(t) // len(pos) if len(pos) else 1
-    idx = (pos[:, None]*k + torch.arange(k)).flatten() if k > 1 else pos
-    return gather_in_order(t, idx)
+def _per_item(info:list, dl, what:str)->tuple:
+    """`(k, shape, dtype)` of one tensor from every rank's `(rows, shape, dtype)` of it (`info`, by rank): `k` rows per
+    item read of `dl`, the same on every rank. Raises `ValueError` naming `what` otherwise (every rank alike)."""
+    kinds = {(s, d) for n, s, d in info if n}
+    ks = {n / dl.n_of(r) if dl.n_of(r) else (None if n == 0 else -1) for r, (n, _, _) in enumerate(info)} - {None}
+    if len(kinds) > 1 or len(ks) > 1 or any(k != int(k) or k < 0 for k in ks):
+        raise ValueError(f"{what}: the ranks' rows ({[n for n, _, _ in info]} for "
+                         f"{[dl.n_of(r) for r in range(len(info))]} items; shapes and dtypes {sorted(kinds)}) are not "
+                         f"the same number of rows per item, of one shape and dtype: distrib cannot order them by item")
+    return (int(ks.pop()) if ks else 0, *(kinds.pop() if kinds else ((), '')))
+
+def _rows_many(ts:list, dl, what:str)->list:
+    """Every rank's rows of each tensor of `ts` (this rank's: one or `k` rows per item it read of `dl`, a `ShardedDL`),
+    in the epoch's order, each item once (a padded duplicate dropped), on the CPU, as `gather_in_order` orders them:
+    one `all_gather_object` of the tensors' shapes, then one `all_gather` per tensor; every rank's positions are
+    computed from `dl` (`read_positions(rank)`), not gathered. Every rank must call it with the same number of
+    tensors. Raises `ValueError` naming `what` for rows that are not `k` per item on every rank, of one shape and
+    dtype."""
+    W, ts = dl.world_size, [t.detach() for t in ts]
+    mine = [(len(t), tuple(t.shape[1:]), str(t.dtype)) for t in ts]
+    metas = [mine] if W == 1 else [None]*W
+    if W > 1:
+        with doing('collective', what, device=comm_device()): dist.all_gather_object(metas, mine)
+    pos = torch.cat([dl.read_positions(r) % dl.n_items for r in range(W)])
+    out = []
+    for j, t in enumerate(ts):
+        k, shape, dtype = _per_item([m[j] for m in metas], dl, what)
+        if k == 0: out.append(t.cpu()[:0]); continue
+        counts = [dl.n_of(r)*k for r in range(W)]
+        if W == 1: rows = t.cpu()
+        else:
+            dev = comm_device()
+            buf = torch.zeros((max(counts), *shape), dtype=getattr(torch, dtype.split('.')[-1]), device=dev)
+            buf[:len(t)] = t.to(dev)
+            parts = [torch.empty_like(buf) for _ in range(W)]
+            with doing('collective', what, device=dev): dist.all_gather(parts, buf)
+            rows = torch.cat([p[:c].cpu() for p, c in zip(parts, counts)])
+        idx = (pos[:, None]*k + torch.arange(k)).flatten() if k > 1 else pos
+        order = torch.argsort(idx, stable=True)
+        first = torch.ones(len(idx), dtype=torch.bool)
+        first[1:] = idx[order][1:] != idx[order][:-1]   # the first copy of a padded duplicate
+        out.append(rows[order[first]])
+    return out
+
+def _accum_tensors(m)->list:
+    "AccumMetric `m`'s predictions and targets, concatenated (empty when it has none)"
+    return [torch.cat(m.preds) if m.preds else torch.empty(0), torch.cat(m.targs) if m.targs else torch.empty(0)]
 
 def sync_metric(m, dl):
     """Combine fastai metric `m`, accumulated over this rank's shard of `dl` (a `ShardedDL`), over every rank, in
@@ -221,22 +266,26 @@ def sync_metric(m, dl):
         t = all_reduce_sum(torch.tensor([float(m.total), float(m.count)], dtype=torch.float64))
         m.total, m.count = t[0], t[1].item()
     elif isinstance(m, AccumMetric):
-        pos, name = dl.read_positions() % dl.n_items, f"metric {m.name!r}"
-        p = _rows(torch.cat(m.preds), pos, name) if m.preds else torch.empty(0)
-        m.preds, m.targs = [p], [_rows(torch.cat(m.targs), pos, name)] if m.targs else []
+        p, t = _rows_many(_accum_tensors(m), dl, f"metric {m.name!r}")
+        m.preds, m.targs = [p], [t] if len(t) else []
     else: check_metrics([m])
 
 def sync_metrics(metrics, dl):
     """`sync_metric(m, dl)` for each of fastai's `metrics`, with one all-reduce for all the `AvgMetric`s and `AvgLoss`es
-    among them (not one each: a pass's collectives are few and its values the same). Every rank must call it with
-    the same metrics. Raises what `sync_metric` raises."""
+    among them, and one gather of the shapes then one all-gather per tensor for all the `AccumMetric`s' predictions
+    and targets (not a set of collectives each: a pass's collectives are few and its values the same). Every rank
+    must call it with the same metrics. Raises what `sync_metric` raises."""
     avg = [m for m in metrics if isinstance(m, (AvgMetric, AvgLoss)) and not isinstance(m, (AvgSmoothLoss, ValueMetric))
            and not callable(getattr(m, 'sync', None))]
     if avg:
         t = all_reduce_sum(torch.tensor([[float(m.total), float(m.count)] for m in avg], dtype=torch.float64))
         for m, (total, count) in zip(avg, t): m.total, m.count = total, count.item()
+    acc = [m for m in metrics if isinstance(m, AccumMetric) and not callable(getattr(m, 'sync', None))]
+    if acc:
+        rows = _rows_many([t for m in acc for t in _accum_tensors(m)], dl, "metrics " + ', '.join(m.name for m in acc))
+        for m, p, t in zip(acc, rows[::2], rows[1::2]): m.preds, m.targs = [p], [t] if len(t) else []
     for m in metrics:
-        if not any(m is a for a in avg): sync_metric(m, dl)
+        if not any(m is a for a in avg + acc): sync_metric(m, dl)
 
 def gather_preds(cb:GatherPredsCallback, dl):
     """Replace what fastai's `GatherPredsCallback` `cb` holds after a pass over this rank's shard of `dl` by every
@@ -245,10 +294,12 @@ def gather_preds(cb:GatherPredsCallback, dl):
     if cb.save_preds is not None or cb.save_targs is not None or cb.concat_dim != 0:
         raise ValueError("get_preds(save_preds=, save_targs=, concat_dim!=0) is not supported under distrib_ctx: "
                          "call get_preds outside it, or save what it returns on rank 0")
-    pos = dl.read_positions() % dl.n_items
-    for a in ('inputs', 'preds', 'targets', 'losses'):
-        v = getattr(cb, a, None)
-        if v is not None and not isinstance(v, list): setattr(cb, a, apply(lambda t: _rows(t, pos, 'get_preds'), v))
+    held = {a: v for a in ('inputs', 'preds', 'targets', 'losses')
+            if (v := getattr(cb, a, None)) is not None and not isinstance(v, list)}
+    leaves = []
+    for v in held.values(): apply(leaves.append, v)   # every tensor, in a fixed order: gathered together below
+    rows = iter(_rows_many(leaves, dl, 'get_preds'))
+    for a, v in held.items(): setattr(cb, a, apply(lambda t: next(rows), v))
 
 # %% ../nbs/44_fastai.ipynb #b2d1f8e3
 class ItemMean(Callback):
