@@ -106,6 +106,18 @@ def test_cancel_on_one_rank_ends_the_job(nproc):
     assert r.returncode != 0 and 'CancelFitException was raised on rank 1' in out, out[-4000:]
     assert secs <= 30, secs
 
+def test_nan_on_one_rank_ends_the_job():
+    """A NaN loss on rank 1 alone: fastai's TerminateOnNaNCallback raises CancelFitException there only, and the job
+    ends within 30 s, naming rank 1; never a hang"""
+    r = launch(SCRIPTS/'fastai_job.py', '/dev/null', 'nan_one', nproc=2, timeout=180)
+    out = r.stdout + r.stderr
+    at = re.search(r'^NAN rank 1 at ([\d.]+)', out, re.M)
+    assert at, out[-4000:]
+    secs = time.time() - float(at.group(1))
+    report('fastai, TerminateOnNaNCallback on rank 1 of 2', secs, 'the NaN loss')
+    assert r.returncode != 0 and 'CancelFitException was raised on rank 1' in out, out[-4000:]
+    assert secs <= 30, secs
+
 def test_cancel_on_every_rank_ends_the_fit():
     "CancelFitException on every rank at the same point: the fit ends on every rank, the job goes on"
     r = launch(SCRIPTS/'fastai_job.py', '/dev/null', 'cancel_all', nproc=2, timeout=180)

@@ -1,7 +1,8 @@
 """fastai's own Learner under distrib.fastai: `python -m distrib.launch --nproc_per_node W fastai_job.py OUT CASE...`
 runs each case on W processes with a per-rank batch of `B` and rank 0 writes what fastai reports to OUT (JSON);
 tests/test_fastai.py runs the same cases with fastai alone, in one process, with the global batch W*B, and compares.
-`cancel_one` (rank 1 alone raises CancelFitException) and `cancel_all` are cases too; `ckpt_stop` (fit_one_cycle
+`cancel_one` (rank 1 alone raises CancelFitException), `cancel_all` and `nan_one` (a NaN loss on rank 1 alone, under
+fastai's TerminateOnNaNCallback) are cases too; `ckpt_stop` (fit_one_cycle
 with distrib's Checkpoint, stopped by SIGUSR1 on rank 1 in the middle of epoch 1) and `ckpt_resume` (the same line,
 resumed) write and read the checkpoints in $FASTAI_JOB_CKPT, with a per-rank batch of $FASTAI_JOB_BS (default B).
 Imported by the test for `run_case`, with fastai and no distrib context."""
@@ -17,6 +18,7 @@ from fastai.optimizer import OptimWrapper
 from fastai.callback.core import Callback, CancelFitException
 from fastai.callback.training import GradientAccumulation
 from fastai.callback.mixup import MixUp
+from fastai.callback.tracker import TerminateOnNaNCallback
 from fastai.callback.fp16 import MixedPrecision
 from fastai.callback.schedule import *  # noqa: fit_one_cycle, fit_flat_cos, fine_tune, lr_find on fastai's Learner
 
@@ -63,6 +65,15 @@ class CancelOn(Callback):
         if self.training and self.epoch == 0 and self.iter == 2 and self.rank in (None, int(os.environ.get('RANK', 0))):
             print(f"CANCEL rank {os.environ.get('RANK')} at {time.time():.3f}", flush=True)
             raise CancelFitException()
+
+class NaNOn(Callback):
+    "Make the loss NaN at training batch 2 of epoch 0, on rank `rank` alone (before `TerminateOnNaNCallback`'s check)"
+    def __init__(self, rank): self.rank = rank
+    def after_loss(self):
+        if self.training and self.epoch == 0 and self.iter == 2 and _rank() == self.rank:
+            print(f"NAN rank {_rank()} at {time.time():.3f}", flush=True)
+            self.learn.loss_grad = self.learn.loss_grad * float('nan')
+            self.learn.loss = self.learn.loss_grad.clone()
 
 class SignalAt(Callback):
     "Send `sig` to this process after training batch `it` of epoch `epoch`, on rank `rank`; each step sleeps `secs`"
@@ -129,6 +140,8 @@ def run_case(name:str, bs:int)->dict:
                 return out
         elif name in ('cancel_one', 'cancel_all'):
             learn.fit(2, 1e-2, cbs=CancelOn(1 if name == 'cancel_one' else None))
+        elif name == 'nan_one':   # a NaN loss on rank 1 alone: fastai's TerminateOnNaNCallback cancels there only
+            learn.fit(2, 1e-2, cbs=[NaNOn(1), TerminateOnNaNCallback()])
         if name != 'lr_find': out['values'] = [[float(v) for v in row] for row in learn.recorder.values]
         if name not in ('lr_find', 'mixup', 'save', 'timing'):
             preds, targs, losses = learn.get_preds(with_loss=True)
