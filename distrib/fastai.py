@@ -22,7 +22,7 @@ try:
     from fastai.callback.schedule import LRFinder
     from fastai.data.core import TfmdDL
     from fastai.data.load import _FakeLoader   # fastai's own DistributedDL builds its loader on it too
-    from fastai.torch_core import to_detach, apply
+    from fastai.torch_core import to_detach, to_device, apply
 
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
@@ -30,19 +30,22 @@ from .runtime.world import current_world
 from .runtime.group import rank0_first, setup_distrib, teardown_distrib, group_timeout
 from .runtime.waits import agree_cancel
 from .runtime.position import doing
-from .runtime.collectives import all_reduce_sum, gather_in_order, broadcast_object
+from .runtime.collectives import all_reduce_sum, broadcast_object, comm_device
 from .data import shard_idxs
 from .losses import item_count, start_sum, finish_sum
 from .loop import check_loop, is_sharded
 from .learner import Learner as DistribLearner
 from .model import model_device, unwrap_model
-from .files import save_file, on_rank0
+from .files import save_file, on_rank0, opt_type, check_opt_state
+from .callback.checkpoint import Checkpoint
+from .callback.preemption import Preempted
 from .strategies import ddp, dp
 import distrib.strategies.context  # noqa: its distrib_ctx, on distrib's Learner, is the one fastai's gets
 
 # %% auto #0
-__all__ = ['ShardedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'sync_metrics', 'gather_preds', 'ItemMean',
-           'DistributedTrainer', 'ParallelTrainer', 'rank0_first', 'setup_distrib', 'teardown_distrib']
+__all__ = ['ShardedDL', 'DistributedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'sync_metrics', 'gather_preds', 'ItemMean',
+           'DistributedTrainer', 'ParallelTrainer', 'rank0_first', 'setup_distrib', 'teardown_distrib', 'Checkpoint',
+           'Preempted']
 
 # %% ../nbs/44_fastai.ipynb #ca012a1a
 class ShardedDL(TfmdDL):
@@ -59,7 +62,8 @@ class ShardedDL(TfmdDL):
 
     `get_idxs()` is the epoch's order (every rank's; fastai's `get_preds` reorders by it), `read_positions()` this
     rank's positions in it; `set_epoch(epoch)` as `DistributedSampler`'s; `start_batch = k` starts the next pass at
-    batch k. `to_detach` never gathers (distrib combines the ranks' metrics and predictions once per pass). Raises
+    batch k (`first_batch` is then k during that pass). `to_detach` never gathers (distrib combines the ranks'
+    metrics and predictions once per pass). Raises
     `ValueError` for a rank outside [0, world_size), a loader without a batch size or an unindexed dataset."""
     def __init__(self, dl, rank:int|None=None, world_size:int|None=None, pad:bool=True, seed:int=0,
                  shuffle:bool|None=None):
@@ -73,7 +77,7 @@ class ShardedDL(TfmdDL):
         self.shuffle = dl.shuffle if shuffle is None else shuffle
         self.dl = dl.new(shuffle=False) if dl.shuffle else dl   # the order before the epoch's permutation
         self.rank, self.world_size, self.pad, self.seed = rank, world_size, pad, seed
-        self.epoch, self.start_batch = 0, 0
+        self.epoch, self.start_batch, self.first_batch = 0, 0, 0
         self.bs, self.drop_last, self.dataset, fake, self.num_workers, self.offs, self.pin_memory = attrgetter(
             'bs', 'drop_last', 'dataset', 'fake_l', 'num_workers', 'offs', 'pin_memory')(self.dl)
         self.device = self.dl.device
@@ -87,12 +91,15 @@ class ShardedDL(TfmdDL):
     def n_items(self)->int:
         "Items of the epoch, every rank's, before padding"
         return self.dl.n
+    def n_of(self, rank:int)->int:
+        "Items rank `rank` reads per epoch"
+        N, W = self.n_items, self.world_size
+        if self.drop_last: return N // (W*self.bs) * self.bs
+        return math.ceil(N/W) if self.pad else len(range(rank, N, W))
     @property
     def n(self)->int:
         "Items this rank reads per epoch"
-        N, W = self.n_items, self.world_size
-        if self.drop_last: return N // (W*self.bs) * self.bs
-        return math.ceil(N/W) if self.pad else len(range(self.rank, N, W))
+        return self.n_of(self.rank)
     def __len__(self)->int: return math.ceil(self.n/self.bs)
 
     def set_epoch(self, epoch:int):
@@ -103,11 +110,13 @@ class ShardedDL(TfmdDL):
         base = list(self.dl.get_idxs())
         perm = shard_idxs(len(base), 0, 1, self.shuffle, self.seed, self.epoch, pad=False).tolist()
         self._order = [base[i] for i in perm]
-        self._skip, self.start_batch = self.start_batch*self.bs, 0
+        self._skip, self.first_batch, self.start_batch = self.start_batch*self.bs, self.start_batch, 0
         return self._order
-    def read_positions(self)->torch.Tensor:
-        "Positions, in the epoch's order (`get_idxs()`), of the items this rank reads in a pass: int64, padding wrapped"
-        return shard_idxs(self.n_items, self.rank, self.world_size, pad=self.pad)[:self.n]
+    def read_positions(self, rank:int|None=None)->torch.Tensor:
+        """Positions, in the epoch's order (`get_idxs()`), of the items rank `rank` (default this one) reads in a pass:
+        int64, padding wrapped"""
+        r = self.rank if rank is None else rank
+        return shard_idxs(self.n_items, r, self.world_size, pad=self.pad)[:self.n_of(r)]
     def sample(self):
         items = [self._order[p] for p in self.read_positions()[self._skip:].tolist()]
         return (b for i, b in enumerate(items) if i//self.bs % self.num_workers == self.offs)
@@ -127,6 +136,14 @@ class ShardedDL(TfmdDL):
         shuffle = kwargs.pop('shuffle', self.shuffle)
         return ShardedDL(self.dl.new(dataset, cls, shuffle=False, **kwargs), self.rank, self.world_size, pad=False,
                          seed=self.seed, shuffle=shuffle)
+
+# %% ../nbs/44_fastai.ipynb #9fed92ca
+def DistributedDL(dl, rank:int|None=None, world_size:int|None=None, device=None):
+    """fastai.distributed's name, with its signature (`dl` a fastai `DataLoader`, `rank`/`world_size` ints, `device`),
+    refused: raises `NotImplementedError` saying what to use (`learn.distrib_ctx()`, or `ShardedDL`)"""
+    raise NotImplementedError("distrib.fastai has no DistributedDL (fastai.distributed's gives each rank a contiguous "
+                              "slice, so its global batches are not one process's): learn.distrib_ctx() shards "
+                              "fastai's loaders itself; for one rank's shard call ShardedDL(dl, rank, world_size)")
 
 # %% ../nbs/44_fastai.ipynb #8ac5b21a
 _ALIKE = (GradientAccumulation, SkipToEpoch)   # callbacks whose Cancel*Exceptions every rank raises alike
@@ -192,13 +209,53 @@ def check_metrics(metrics):
                          f"distrib_ctx: distrib combines AvgMetric, AvgLoss, AccumMetric and metrics with a "
                          f"sync(dl) method; write it as a function (AvgMetric) or an AccumMetric")
 
-def _rows(t:torch.Tensor, pos:torch.Tensor, what:str)->torch.Tensor:
-    "Every rank's rows of `t`, read at epoch positions `pos` (one or `k` rows each), in the epoch's order, once"
-    if len(t) % max(len(pos), 1):
-        raise ValueError(f"{what}: {len(t)} rows for {len(pos)} items; distrib cannot order them by item")
-    k = len(t) // len(pos) if len(pos) else 1
-    idx = (pos[:, None]*k + torch.arange(k)).flatten() if k > 1 else pos
-    return gather_in_order(t, idx)
+def _per_item(info:list, dl, what:str)->tuple:
+    """`(k, shape, dtype)` of one tensor from every rank's `(rows, shape, dtype)` of it (`info`, by rank): `k` rows per
+    item read of `dl`, the same on every rank. Raises `ValueError` naming `what` otherwise (every rank alike)."""
+    kinds = {(s, d) for n, s, d in info if n}
+    ks = {n / dl.n_of(r) if dl.n_of(r) else (None if n == 0 else -1) for r, (n, _, _) in enumerate(info)} - {None}
+    if len(kinds) > 1 or len(ks) > 1 or any(k != int(k) or k < 0 for k in ks):
+        raise ValueError(f"{what}: the ranks' rows ({[n for n, _, _ in info]} for "
+                         f"{[dl.n_of(r) for r in range(len(info))]} items; shapes and dtypes {sorted(kinds)}) are not "
+                         f"the same number of rows per item, of one shape and dtype: distrib cannot order them by item")
+    return (int(ks.pop()) if ks else 0, *(kinds.pop() if kinds else ((), '')))
+
+def _rows_many(ts:list, dl, what:str)->list:
+    """Every rank's rows of each tensor of `ts` (this rank's: one or `k` rows per item it read of `dl`, a `ShardedDL`),
+    in the epoch's order, each item once (a padded duplicate dropped), on the CPU, as `gather_in_order` orders them:
+    one `all_gather_object` of the tensors' shapes, then one `all_gather` per tensor; every rank's positions are
+    computed from `dl` (`read_positions(rank)`), not gathered. Every rank must call it with the same number of
+    tensors. Raises `ValueError` naming `what` for rows that are not `k` per item on every rank, of one shape and
+    dtype."""
+    W, ts = dl.world_size, [t.detach() for t in ts]
+    mine = [(len(t), tuple(t.shape[1:]), str(t.dtype)) for t in ts]
+    metas = [mine] if W == 1 else [None]*W
+    if W > 1:
+        with doing('collective', what, device=comm_device()): dist.all_gather_object(metas, mine)
+    pos = torch.cat([dl.read_positions(r) % dl.n_items for r in range(W)])
+    out = []
+    for j, t in enumerate(ts):
+        k, shape, dtype = _per_item([m[j] for m in metas], dl, what)
+        if k == 0: out.append(t.cpu()[:0]); continue
+        counts = [dl.n_of(r)*k for r in range(W)]
+        if W == 1: rows = t.cpu()
+        else:
+            dev = comm_device()
+            buf = torch.zeros((max(counts), *shape), dtype=getattr(torch, dtype.split('.')[-1]), device=dev)
+            buf[:len(t)] = t.to(dev)
+            parts = [torch.empty_like(buf) for _ in range(W)]
+            with doing('collective', what, device=dev): dist.all_gather(parts, buf)
+            rows = torch.cat([p[:c].cpu() for p, c in zip(parts, counts)])
+        idx = (pos[:, None]*k + torch.arange(k)).flatten() if k > 1 else pos
+        order = torch.argsort(idx, stable=True)
+        first = torch.ones(len(idx), dtype=torch.bool)
+        first[1:] = idx[order][1:] != idx[order][:-1]   # the first copy of a padded duplicate
+        out.append(rows[order[first]])
+    return out
+
+def _accum_tensors(m)->list:
+    "AccumMetric `m`'s predictions and targets, concatenated (empty when it has none)"
+    return [torch.cat(m.preds) if m.preds else torch.empty(0), torch.cat(m.targs) if m.targs else torch.empty(0)]
 
 def sync_metric(m, dl):
     """Combine fastai metric `m`, accumulated over this rank's shard of `dl` (a `ShardedDL`), over every rank, in
@@ -209,22 +266,26 @@ def sync_metric(m, dl):
         t = all_reduce_sum(torch.tensor([float(m.total), float(m.count)], dtype=torch.float64))
         m.total, m.count = t[0], t[1].item()
     elif isinstance(m, AccumMetric):
-        pos, name = dl.read_positions() % dl.n_items, f"metric {m.name!r}"
-        p = _rows(torch.cat(m.preds), pos, name) if m.preds else torch.empty(0)
-        m.preds, m.targs = [p], [_rows(torch.cat(m.targs), pos, name)] if m.targs else []
+        p, t = _rows_many(_accum_tensors(m), dl, f"metric {m.name!r}")
+        m.preds, m.targs = [p], [t] if len(t) else []
     else: check_metrics([m])
 
 def sync_metrics(metrics, dl):
     """`sync_metric(m, dl)` for each of fastai's `metrics`, with one all-reduce for all the `AvgMetric`s and `AvgLoss`es
-    among them (not one each: a pass's collectives are few and its values the same). Every rank must call it with
-    the same metrics. Raises what `sync_metric` raises."""
+    among them, and one gather of the shapes then one all-gather per tensor for all the `AccumMetric`s' predictions
+    and targets (not a set of collectives each: a pass's collectives are few and its values the same). Every rank
+    must call it with the same metrics. Raises what `sync_metric` raises."""
     avg = [m for m in metrics if isinstance(m, (AvgMetric, AvgLoss)) and not isinstance(m, (AvgSmoothLoss, ValueMetric))
            and not callable(getattr(m, 'sync', None))]
     if avg:
         t = all_reduce_sum(torch.tensor([[float(m.total), float(m.count)] for m in avg], dtype=torch.float64))
         for m, (total, count) in zip(avg, t): m.total, m.count = total, count.item()
+    acc = [m for m in metrics if isinstance(m, AccumMetric) and not callable(getattr(m, 'sync', None))]
+    if acc:
+        rows = _rows_many([t for m in acc for t in _accum_tensors(m)], dl, "metrics " + ', '.join(m.name for m in acc))
+        for m, p, t in zip(acc, rows[::2], rows[1::2]): m.preds, m.targs = [p], [t] if len(t) else []
     for m in metrics:
-        if not any(m is a for a in avg): sync_metric(m, dl)
+        if not any(m is a for a in avg + acc): sync_metric(m, dl)
 
 def gather_preds(cb:GatherPredsCallback, dl):
     """Replace what fastai's `GatherPredsCallback` `cb` holds after a pass over this rank's shard of `dl` by every
@@ -233,10 +294,12 @@ def gather_preds(cb:GatherPredsCallback, dl):
     if cb.save_preds is not None or cb.save_targs is not None or cb.concat_dim != 0:
         raise ValueError("get_preds(save_preds=, save_targs=, concat_dim!=0) is not supported under distrib_ctx: "
                          "call get_preds outside it, or save what it returns on rank 0")
-    pos = dl.read_positions() % dl.n_items
-    for a in ('inputs', 'preds', 'targets', 'losses'):
-        v = getattr(cb, a, None)
-        if v is not None and not isinstance(v, list): setattr(cb, a, apply(lambda t: _rows(t, pos, 'get_preds'), v))
+    held = {a: v for a in ('inputs', 'preds', 'targets', 'losses')
+            if (v := getattr(cb, a, None)) is not None and not isinstance(v, list)}
+    leaves = []
+    for v in held.values(): apply(leaves.append, v)   # every tensor, in a fixed order: gathered together below
+    rows = iter(_rows_many(leaves, dl, 'get_preds'))
+    for a, v in held.items(): setattr(cb, a, apply(lambda t: next(rows), v))
 
 # %% ../nbs/44_fastai.ipynb #b2d1f8e3
 class ItemMean(Callback):
@@ -284,10 +347,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
     """distrib's `DistributedTrainer` (`distrib.strategies.ddp`, same arguments) on fastai's `Learner`: attach it
     with `learn.to_distributed()` or `learn.distrib_ctx()`. Raises what distrib's raises, and `ValueError` before a
     fit or a pass whose metrics `check_metrics` refuses."""
-    run, run_train, run_valid = True, True, True
-    def __call__(self, event:str):
-        f = getattr(self, event, None)
-        if f is not None: f()
+    run, run_train, run_valid = True, True, True   # fastai reads them; distrib's Callback.__call__ runs the events
 
     def shard_dls(self, dls, world):
         "A copy of fastai's `dls` whose loaders are `ShardedDL`s: the training loader padded, the others not"
@@ -401,24 +461,14 @@ def to_distributed(self:Learner, device=None, sync_bn:bool=False, comm_hook:str|
     if strategy != 'ddp':
         raise ValueError(f"strategy={strategy!r} is not supported on fastai's Learner (distrib.fastai): only 'ddp'; "
                          "FSDP would shard the state of fastai's Optimizer, which distrib's FSDP trainer does not know")
-    if any(isinstance(cb, ddp.DistributedTrainer) for cb in self.cbs):
-        raise RuntimeError("This Learner is already distributed (distrib_ctx nested twice?): call "
-                           "detach_distributed() first")
-    cb = DistributedTrainer(device, sync_bn, comm_hook, comm_hook_state, compile, **kwargs)
-    self.add_cb(cb)
-    try: cb.wrap()
-    except BaseException:
-        self.remove_cb(cb)
-        raise
-    return self
+    return dp.attach(self, DistributedTrainer(device, sync_bn, comm_hook, comm_hook_state, compile, **kwargs),
+                     ddp.DistributedTrainer, "This Learner is already distributed (distrib_ctx nested twice?): call "
+                     "detach_distributed() first")
 
 @patch_to(Learner)
 def detach_distributed(self:Learner)->Learner:
     "Undo `to_distributed`: fastai's model, loaders and logging are back; a no-op when not attached"
-    for cb in [cb for cb in self.cbs if isinstance(cb, ddp.DistributedTrainer)]:
-        cb.unwrap()
-        self.remove_cb(cb)
-    return self
+    return dp.detach(self, ddp.DistributedTrainer)
 
 @patch_to(Learner)
 def distrib_ctx(self:Learner, device=None, sync_bn:bool=False, backend:str|None=None, timeout=None,
@@ -467,6 +517,111 @@ def export(self:Learner, fname='export.pkl', pickle_module=pickle, pickle_protoc
             finally: (self.path/tmp).unlink(missing_ok=True)
     on_rank0(write, f"export {target}")
 
+# %% ../nbs/44_fastai.ipynb #800a3d81
+def _plain(o):
+    """`o` with NumPy numbers as Python's, fastai's `L` as lists and its tensor subclasses (`TensorBase`) as tensors,
+    so that `torch.load(weights_only=True)` reads it"""
+    if isinstance(o, torch.Tensor): return o if type(o) is torch.Tensor else o.as_subclass(torch.Tensor)
+    if isinstance(o, (list, L)): return [_plain(v) for v in o]
+    if isinstance(o, tuple): return tuple(_plain(v) for v in o)
+    if isinstance(o, dict): return {k: _plain(v) for k, v in o.items()}
+    return o.tolist() if type(o).__module__ == 'numpy' else o
+
+class _Resume(SkipToEpoch):
+    """The resume protocol's events on fastai's Learner, a callback for the fit: it skips the epochs before
+    `_skip_to` (fastai's `SkipToEpoch`), counts `learn.iter` from the epoch's start in a pass that a `ShardedDL`
+    started at `first_batch`, and runs the fit's exits (`on_fit_exit`) at `after_fit`, then leaves; after a fit that
+    raised, at the next `before_fit`"""
+    def __init__(self): super().__init__(0); self.exits = []
+    @property
+    def name(self)->str: return 'distrib_resume'
+    def before_fit(self): self._skip_to = 0; self._exit()
+    def before_batch(self): self.learn.iter += getattr(self.learn.dl, 'first_batch', 0)
+    def after_fit(self):
+        self._exit()
+        self.learn.remove_cb(self)
+    def _exit(self):
+        fns, self.exits = self.exits, []
+        for fn in reversed(fns): fn()
+
+def _resume_cb(learn)->_Resume:
+    "The `_Resume` callback of `learn`'s fit, added on first use"
+    cb = next((c for c in learn.cbs if isinstance(c, _Resume)), None)
+    if cb is None: learn.add_cb(cb := _Resume())
+    return cb
+
+@patch_to(Learner)
+def model_state(self:Learner, with_opt:bool=True)->dict:
+    """The loop protocol's (`distrib.loop`) model state: `{'model': the unwrapped model's state_dict, 'opt': fastai's
+    optimizer's, 'opt_type': its class}` (no optimizer when `with_opt` is False or there is none)"""
+    state = {'model': unwrap_model(self.model).state_dict()}
+    if with_opt and self.opt is not None: state.update(opt=_plain(self.opt.state_dict()), opt_type=opt_type(self.opt))
+    return state
+
+@patch_to(Learner)
+def load_model_state(self:Learner, state:dict, with_opt:bool=True, strict:bool=True, file=None)->Learner:
+    """Load what `model_state` returned (on the CPU) into the model and, with `with_opt`, fastai's optimizer (created
+    if needed; its state moved to the model's device). Raises `TypeError` naming both classes for another optimizer's
+    state (before loading anything), and what `load_state_dict` raises for another model."""
+    model, opt = unwrap_model(self.model), with_opt and 'opt' in state
+    if opt:
+        if self.opt is None: self.create_opt()
+        check_opt_state(self.opt, state, file)
+    model.load_state_dict(state['model'], strict=strict)
+    if opt:
+        self.opt.load_state_dict(to_device(state['opt'], model_device(model)))
+        self.opt.hypers = L(self.opt.hypers)   # fastai's own type
+    return self
+
+@patch_to(Learner)
+def on_fit_exit(self:Learner, fn):
+    "The loop protocol's: call `fn()` when this fit ends (`after_fit`; after a fit that raised, the next `before_fit`)"
+    _resume_cb(self).exits.append(fn)
+
+@patch_to(Learner)
+def use_sharded_train(self:Learner):
+    """The loop protocol's: for this fit, a training loader that can start mid-epoch: a `ShardedDL` of one rank over
+    fastai's (nothing under `distrib_ctx`, whose is one already). Raises what `ShardedDL` raises."""
+    _resume_cb(self)
+    dls = self.dls
+    if is_sharded(dls.train): return
+    new = copy(dls)
+    new.loaders = [ShardedDL(dls.train, 0, 1)] + list(dls.loaders[1:])
+    self.dls = new
+    def restore(): self.dls = dls
+    self.on_fit_exit(restore)
+
+@patch_to(Learner)
+def start_at(self:Learner, epoch:int):
+    "The loop protocol's: this fit skips the epochs before `epoch`, as fastai's `SkipToEpoch`"
+    _resume_cb(self)._skip_to = epoch
+
+@patch_to(Learner)
+def loop_state(self:Learner)->dict:
+    """The loop protocol's: fastai's schedule position (`train_iter`, `pct_train`) and its `Recorder`'s records.
+    Raises `ValueError` in a training pass with `Recorder(train_metrics=True)` (its running metrics are per rank)."""
+    rec = getattr(self, 'recorder', None)
+    if rec is not None and rec.train_metrics and getattr(self, 'training', False):
+        raise ValueError("Checkpoint cannot save the running training metrics of fastai's Recorder(train_metrics=True) "
+                         "in the middle of an epoch: write checkpoints at the end of epochs only (every_n_steps=None), "
+                         "or train without train_metrics")
+    state = dict(train_iter=int(self.train_iter), pct_train=float(self.pct_train))
+    if rec is not None:
+        sm = rec.smooth_loss
+        state['recorder'] = dict(lrs=_plain(rec.lrs), iters=_plain(rec.iters), losses=_plain(rec.losses),
+                                 values=_plain(rec.values), smooth=dict(count=sm.count, val=_plain(sm.val)))
+    return state
+
+@patch_to(Learner)
+def load_loop_state(self:Learner, state:dict):
+    "The loop protocol's: put back what `loop_state` returned, at the resumed fit's first training pass"
+    self.train_iter, self.pct_train = state['train_iter'], state['pct_train']
+    rec, r = getattr(self, 'recorder', None), state.get('recorder')
+    if rec is None or r is None: return
+    rec.lrs, rec.iters, rec.losses = list(r['lrs']), list(r['iters']), list(r['losses'])
+    rec.values = [L(v) for v in r['values']]
+    rec.smooth_loss.count, rec.smooth_loss.val = r['smooth']['count'], r['smooth']['val']
+
 # %% ../nbs/44_fastai.ipynb #8f151c7d
 class ParallelTrainer(dp.ParallelTrainer):
     "distrib's `ParallelTrainer` (`nn.DataParallel` in one process, `distrib.strategies.dp`) on fastai's `Learner`"
@@ -477,20 +632,13 @@ class ParallelTrainer(dp.ParallelTrainer):
 def to_parallel(self:Learner, device_ids:list|None=None)->Learner:
     """Train with `nn.DataParallel` over `device_ids` (default: all GPUs) until `detach_parallel`; `RuntimeError` if
     already attached"""
-    if any(isinstance(cb, dp.ParallelTrainer) for cb in self.cbs):
-        raise RuntimeError("This Learner already has a ParallelTrainer: call detach_parallel() first")
-    cb = ParallelTrainer(device_ids)
-    self.add_cb(cb)
-    cb.wrap()
-    return self
+    return dp.attach(self, ParallelTrainer(device_ids), dp.ParallelTrainer,
+                     "This Learner already has a ParallelTrainer: call detach_parallel() first")
 
 @patch_to(Learner)
 def detach_parallel(self:Learner)->Learner:
     "Undo `to_parallel`: the original model is back in `learn.model`; a no-op when not attached"
-    for cb in [cb for cb in self.cbs if isinstance(cb, dp.ParallelTrainer)]:
-        cb.unwrap()
-        self.remove_cb(cb)
-    return self
+    return dp.detach(self, dp.ParallelTrainer)
 
 @patch_to(Learner)
 @contextmanager
@@ -501,4 +649,5 @@ def parallel_ctx(self:Learner, device_ids:list|None=None):
     finally: self.detach_parallel()
 
 # %% ../nbs/44_fastai.ipynb #5e7c28fb
-_all_ = ['rank0_first', 'setup_distrib', 'teardown_distrib']   # distrib's, under fastai.distributed's names
+_all_ = ['rank0_first', 'setup_distrib', 'teardown_distrib',   # distrib's, under fastai.distributed's names
+         'Checkpoint', 'Preempted']   # distrib's, on fastai's Learner too (the resume protocol above)

@@ -14,7 +14,8 @@ from .runtime.world import current_world
 from .runtime.group import group_timeout
 from .runtime.waits import agree_cancel
 from .runtime.collectives import gather_in_order
-from .data import DataLoaders
+from torch.utils.data import IterableDataset
+from .data import DataLoaders, DistributedDL, IterableShards
 from .loop import is_sharded, start_batch_of
 from .callback.core import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
                               CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
@@ -184,6 +185,23 @@ class Learner(LearnerSaving):
         """Call `fn()` when the current `fit` ends, however it ends (after `after_fit`, or while an exception leaves
         `fit`); exits run in reverse order of registration. For what a callback sets up in `before_fit`."""
         self._fit_exits.append(fn)
+
+    def use_sharded_train(self):
+        """For the current fit, make the training loader one that can start in the middle of an epoch (the loop
+        protocol's, for `Checkpoint`): a `DistributedDL` of one rank over a `DataLoader` (an `IterableShards` over an
+        `IterableDataset`), put back when the fit ends; nothing for a sharded one. Raises `ValueError` for a loader
+        `DistributedDL.from_dl` cannot rebuild."""
+        dls = self.dls
+        if is_sharded(dls.train): return
+        if isinstance(getattr(dls.train, 'dataset', None), IterableDataset): train = IterableShards(dls.train, False)
+        else:
+            try: train = DistributedDL.from_dl(dls.train, rank=0, world_size=1)
+            except ValueError as e:
+                raise ValueError(f"Checkpoint needs a training loader that can start in the middle of an epoch: {e}; "
+                                 "or pass a DistributedDL") from e
+        self.dls = DataLoaders(train, *dls.loaders[1:])
+        def restore(): self.dls = dls
+        self.on_fit_exit(restore)
 
     # The levels of the loop, innermost first
     def _split_batch(self, b):

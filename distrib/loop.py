@@ -7,7 +7,8 @@ from __future__ import annotations
 from torch.utils.data import RandomSampler
 
 # %% auto #0
-__all__ = ['LOOP_ATTRS', 'fit_epochs', 'is_sharded', 'start_batch_of', 'loader_order', 'check_loop']
+__all__ = ['LOOP_ATTRS', 'RESUME_ATTRS', 'fit_epochs', 'is_sharded', 'start_batch_of', 'loader_order', 'check_loop',
+           'check_resumable_loop', 'batches_per_epoch', 'start_at', 'loop_state', 'load_loop_state']
 
 # %% ../nbs/12b_loop.ipynb #2bb74349
 def fit_epochs(learn)->tuple:
@@ -43,3 +44,40 @@ def check_loop(learn):
                         f"{', '.join(missing)} (distrib.loop lists what a loop must have; distrib's Learner and "
                         f"fastai's, with `from distrib.fastai import *`, have them)")
     return learn
+
+# %% ../nbs/12b_loop.ipynb #15cc6798
+RESUME_ATTRS = ('model_state', 'load_model_state', 'create_opt', 'on_fit_exit', 'use_sharded_train', 'path')
+
+def check_resumable_loop(learn):
+    """Raise `TypeError` naming the methods of the resume protocol (`RESUME_ATTRS`) that loop `learn` lacks, before
+    `Checkpoint` writes or reads anything; return `learn`"""
+    missing = [a for a in RESUME_ATTRS if not hasattr(learn, a)]
+    if missing:
+        raise TypeError(f"Checkpoint cannot save and resume a {type(learn).__qualname__}: it lacks "
+                        f"{', '.join(missing)} (distrib.loop lists them; distrib's Learner and fastai's, with "
+                        f"`from distrib.fastai import *`, have them)")
+    return learn
+
+def batches_per_epoch(dl)->int|None:
+    "Batches per epoch, on each rank, of training loader `dl`: `len(dl)`, None for one without a length (a stream)"
+    return len(dl) if hasattr(type(dl), '__len__') else None
+
+def start_at(learn, epoch:int):
+    """Make loop `learn`'s fit, whose `before_fit` is running, start at epoch `epoch`: `learn.start_at(epoch)` for a
+    loop that defines it (fastai's skips the epochs before it with a callback), else `learn.start_epoch = epoch`"""
+    f = getattr(learn, 'start_at', None)
+    if callable(f): f(epoch)
+    else: learn.start_epoch = epoch
+
+def loop_state(learn)->dict:
+    """The state of loop `learn` itself that a resumed fit needs besides its model, optimizer and callbacks: the same
+    on every rank, of tensors, numbers, strings, lists and dicts (`torch.load(weights_only=True)` reads it back).
+    `learn.loop_state()` for a loop that defines it, else `{}`"""
+    f = getattr(learn, 'loop_state', None)
+    return f() if callable(f) else {}
+
+def load_loop_state(learn, state:dict):
+    """Put back `state`, what `loop_state` returned, at the start of the resumed fit's first training pass (after
+    the loop reset its counters): `learn.load_loop_state(state)` for a loop that defines it, else nothing"""
+    f = getattr(learn, 'load_loop_state', None)
+    if callable(f): f(state)

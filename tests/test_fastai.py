@@ -4,6 +4,7 @@ test runs the same case with fastai alone, in this process, with the global batc
 (<= 1e-5), what fastai reports (`recorder.values`, `validate`, <= 1e-6) and `get_preds` (every validation item once,
 in order). Skipped where fastai is not installed: .ci/run makes a virtual environment with it (.venv-fastai)."""
 import importlib.util, json, re, subprocess, sys, time
+from pathlib import Path
 import pytest, torch
 pytest.importorskip('fastai', reason="fastai is not installed (pip install -e '.[fastai]')")
 from conftest import launch, report, SCRIPTS
@@ -105,6 +106,18 @@ def test_cancel_on_one_rank_ends_the_job(nproc):
     assert r.returncode != 0 and 'CancelFitException was raised on rank 1' in out, out[-4000:]
     assert secs <= 30, secs
 
+def test_nan_on_one_rank_ends_the_job():
+    """A NaN loss on rank 1 alone: fastai's TerminateOnNaNCallback raises CancelFitException there only, and the job
+    ends within 30 s, naming rank 1; never a hang"""
+    r = launch(SCRIPTS/'fastai_job.py', '/dev/null', 'nan_one', nproc=2, timeout=180)
+    out = r.stdout + r.stderr
+    at = re.search(r'^NAN rank 1 at ([\d.]+)', out, re.M)
+    assert at, out[-4000:]
+    secs = time.time() - float(at.group(1))
+    report('fastai, TerminateOnNaNCallback on rank 1 of 2', secs, 'the NaN loss')
+    assert r.returncode != 0 and 'CancelFitException was raised on rank 1' in out, out[-4000:]
+    assert secs <= 30, secs
+
 def test_cancel_on_every_rank_ends_the_fit():
     "CancelFitException on every rank at the same point: the fit ends on every rank, the job goes on"
     r = launch(SCRIPTS/'fastai_job.py', '/dev/null', 'cancel_all', nproc=2, timeout=180)
@@ -127,3 +140,35 @@ def test_notebook_launch():
     ours['rank_spread'] = 0   # one rank's return value: the others' weights are checked by the launched tests
     d = compare('one_cycle', ours, 2)
     assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
+
+def test_checkpoint_resumes_mid_epoch(tmp_path):
+    """distrib's Checkpoint on fastai's Learner: fit_one_cycle on 2 processes x 6, stopped by SIGUSR1 on rank 1 alone
+    in the middle of epoch 1 (every rank stops at the same step, with a checkpoint, `Preempted`), then the same line
+    resumed on 2 processes x 6, on 3 x 4 and on 1 x 12 (the global batch kept): each ends as fastai alone in one
+    process with 12, uninterrupted (weights <= 1e-5, recorder values, validate, get_preds <= 1e-6)"""
+    import shutil
+    def run(nproc, bs, case, d):
+        out = tmp_path/f'{case}-{nproc}.json'
+        r = launch(SCRIPTS/'fastai_job.py', out, case, nproc=nproc, timeout=240,
+                   env={'FASTAI_JOB_BS': str(bs), 'FASTAI_JOB_CKPT': str(d)})
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+        return json.loads(out.read_text())[case]
+    stop = run(2, 6, 'ckpt_stop', tmp_path/'stop')['preempted']
+    print(f"\nstopped: {stop}")
+    assert stop['code'] == 128 + 10 and stop['epoch'] == 1 and 0 < stop['batch'] < stop['n_iter'] == 8, stop
+    ref = job.run_case('one_cycle', 12)
+    for nproc, bs in ((2, 6), (3, 4), (1, 12)):
+        d = tmp_path/f'resume{nproc}'
+        shutil.copytree(tmp_path/'stop', d)
+        ours = run(nproc, bs, 'ckpt_resume', d)
+        assert ours['resumed_from'] == str(d/'checkpoints'/Path(stop['file']).name), ours['resumed_from']
+        diffs = {k: diff(ours[k], ref[k]) for k in ('weights', 'values', 'preds', 'losses', 'validate')}
+        print(f"resumed on {nproc} x {bs}: " + ', '.join(f"{k} {v:.1e}" for k, v in diffs.items()))
+        assert ours['targs'] == ref['targs'] and ours['rank_spread'] == 0
+        assert diffs['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in diffs.items() if k != 'weights'), diffs
+
+def test_distributed_dl_named():
+    "fastai.distributed's DistributedDL, named under `from distrib.fastai import *`, stops at once saying what to use"
+    from distrib.fastai import DistributedDL
+    with pytest.raises(NotImplementedError, match=r'learn.distrib_ctx\(\) shards .* ShardedDL\(dl, rank, world_size\)'):
+        DistributedDL(job.data(8).train, rank=0, world_size=2)

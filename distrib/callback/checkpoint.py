@@ -10,15 +10,13 @@ import torch
 from ..runtime.world import current_world
 from ..runtime.clusters import requeue_slurm_job
 from ..runtime.collectives import gather_object, broadcast_object
-from torch.utils.data import IterableDataset
-from ..data import DataLoaders, DistributedDL, IterableShards
 from .core import Callback
 from ..files import save_file, load_file, on_rank0, remove_stale_temps, opt_type, check_opt_state
 from ..runtime.seed import get_random_states, set_random_states
 from ..state import is_sharded, save_sharded, load_sharded, load_sharded_extra
 from ..model import unwrap_model
 from .preemption import StopSignals, Preempted
-from ..learner import Learner
+from ..loop import check_resumable_loop, batches_per_epoch, start_at, loop_state, load_loop_state
 from ..recorder import Recorder
 
 # %% auto #0
@@ -59,12 +57,13 @@ def _read_sharded(path:Path)->dict:
     extra = load_sharded_extra(path, {'checkpoint': b''})  # the model and optimizer are read later
     return torch.load(io.BytesIO(extra['checkpoint']), map_location='cpu', weights_only=True)
 
-def _stateful(learn:Learner, exclude=None)->dict:
-    "The callbacks of `learn` that define `state_dict` and `load_state_dict`, by key: their name, `name_2`, ..."
+def _stateful(learn, exclude=None)->dict:
+    """The callbacks of `learn` whose class defines `state_dict` and `load_state_dict`, by key: their name, `name_2`,
+    ... (the class's: a fastai callback's attribute lookup falls through to the Learner, and its to the model)"""
     out = {}
     for cb in learn.cbs:
-        if cb is exclude or not (callable(getattr(cb, 'state_dict', None))
-                                 and callable(getattr(cb, 'load_state_dict', None))): continue
+        if cb is exclude or not (callable(getattr(type(cb), 'state_dict', None))
+                                 and callable(getattr(type(cb), 'load_state_dict', None))): continue
         key, i = cb.name, 2
         while key in out: key, i = f'{cb.name}_{i}', i + 1
         out[key] = cb
@@ -185,10 +184,6 @@ def _reshard_states(old:list, cbs:dict, rank:int, world_size:int)->dict:
     return out
 
 # %% ../../nbs/23_callback.checkpoint.ipynb #c251e1bc
-def _n_iter(dl)->int|None:
-    "Batches per epoch on each rank of training loader `dl`: None for an iterable one (`IterableShards`)"
-    return len(dl) if isinstance(dl, DistributedDL) else None
-
 class Checkpoint(Callback):
     """Write the whole training state regularly, and resume `fit` from the latest checkpoint, exactly; stop every
     rank at the same step on a stop signal, checkpointed (torchtitan's checkpoint manager, as a callback).
@@ -211,18 +206,20 @@ class Checkpoint(Callback):
             size), at the same sample position, with a warning; False (default) raises `ValueError` instead.
 
     Whole checkpoints are files `<path>/step-<N>.pth`, `N` the optimizer steps so far, written on rank 0 atomically
-    (`save_file`); sharded ones are directories `<path>/step-<N>` where every rank writes its shards and rank 0
-    the rest (`distrib.state.save_sharded`, renamed into place once complete), which any number of processes
-    reads (`load_sharded`). Any number of processes resumes any checkpoint, in the middle of an epoch too, as long
-    as the global batch is kept (see below: the per-rank training loss is merged, the random states of
-    new ranks are their own). After a resume, `resumed_from` is the checkpoint's path (None otherwise). With an
-    `independent` Learner in a world of several processes, each rank uses `<path>/rank<r>`. Raises `ValueError`
-    for invalid arguments; at `before_fit`, `ValueError` for a checkpoint that cannot be resumed here (written with
-    another global batch without `allow_batch_change`, or in the middle of an epoch of another number of batches;
-    `resume=False` with checkpoints in `path`), for a training loader that cannot start in the middle of an epoch,
-    for `auto_requeue` outside a Slurm job and for `sharded=True` with an `independent` Learner; `OSError` or
-    `RuntimeError` on every rank when a checkpoint cannot be written; `TypeError` for a callback state that would
-    not load; `RuntimeError` on rank 0 when Slurm refuses to requeue (the checkpoint is complete).
+    (`save_file`); sharded ones are directories `<path>/step-<N>` where every rank writes its shards and rank 0 the
+    rest (`distrib.state.save_sharded`, renamed into place once complete), which any number of processes reads
+    (`load_sharded`). It reaches the loop through the resume protocol of `distrib.loop` (distrib's `Learner`,
+    fastai's under `distrib.fastai`). Any number of processes resumes any checkpoint, in the middle of an epoch too,
+    as long as the global batch is kept (see below: the per-rank training loss is merged, the random states of new
+    ranks are their own). After a resume, `resumed_from` is the checkpoint's path (None otherwise). With an
+    `independent` Learner in a world of several processes, each rank uses `<path>/rank<r>`. Raises `ValueError` for
+    invalid arguments; at `before_fit`, `TypeError` for a loop without the resume protocol, `ValueError` for a
+    checkpoint that cannot be resumed here (written with another global batch without `allow_batch_change`, or in
+    the middle of an epoch of another number of batches; `resume=False` with checkpoints in `path`), for a training
+    loader that cannot start in the middle of an epoch, for `auto_requeue` outside a Slurm job and for
+    `sharded=True` with an `independent` Learner; `OSError` or `RuntimeError` on every rank when a checkpoint cannot
+    be written; `TypeError` for a callback state that would not load; `RuntimeError` on rank 0 when Slurm refuses to
+    requeue (the checkpoint is complete).
 
     Example::
 
@@ -249,12 +246,13 @@ class Checkpoint(Callback):
     # ---- set-up: with whom, where, which loader
     def _setup_world(self):
         "This fit's rank and world size, whether the ranks share the checkpoints, and the directory"
-        learn, w = self.learn, self.learn.world
+        learn, w = self.learn, getattr(self.learn, 'world', None)   # a trainer's World, None outside distrib_ctx
         self.shared = w is not None and w.world_size > 1
         self.rank, self.world_size = (w.rank, w.world_size) if self.shared else (0, 1)
         self.dir = learn.path/self.path
         cw = current_world()
-        if not self.shared and learn.independent and cw.world_size > 1: self.dir = self.dir/f'rank{cw.rank}'
+        if not self.shared and getattr(learn, 'independent', False) and cw.world_size > 1:
+            self.dir = self.dir/f'rank{cw.rank}'
         self._sharded = is_sharded(unwrap_model(learn.model)) if self.sharded is None else bool(self.sharded)
         if self._sharded and not self.shared and cw.world_size > 1:
             raise ValueError("Checkpoint(sharded=True) writes one checkpoint from every rank together; an independent "
@@ -266,26 +264,12 @@ class Checkpoint(Callback):
                              "inside the batch script), or pass auto_requeue=False (elsewhere, restart the run: under "
                              "torchrun, --max_restarts)")
 
-    def _use_sharded_loader(self):
-        """Make the training loader a `DistributedDL` for the fit (an `IterableShards` over an `IterableDataset`), so
-        that a resumed run can start mid-epoch"""
-        dls = self.learn.dls
-        if isinstance(dls.train, (DistributedDL, IterableShards)): return
-        if isinstance(getattr(dls.train, 'dataset', None), IterableDataset): train = IterableShards(dls.train, False)
-        else:
-            try: train = DistributedDL.from_dl(dls.train, rank=0, world_size=1)
-            except ValueError as e:
-                raise ValueError(f"Checkpoint needs a training loader that can start in the middle of an epoch: {e}; "
-                                 "or pass a DistributedDL") from e
-        self.learn.dls = DataLoaders(train, *dls.loaders[1:])
-        def restore(): self.learn.dls = dls
-        self.learn.on_fit_exit(restore)
-
     def before_fit(self):
+        check_resumable_loop(self.learn)
         self._setup_world()
-        self._use_sharded_loader()
+        self.learn.use_sharded_train()   # a training loader that can start in the middle of an epoch
         self.n_steps, self._stop, self._stepped, self._due, self._pending = 0, 0, True, False, None
-        self.resumed_from, self._checked = None, False
+        self.resumed_from, self._checked, self._first_epoch, self._loop = None, False, 0, None
         if self.resume: self._resume()
         elif checkpoints(self.dir):
             raise ValueError(f"Checkpoint(resume=False) but {self.dir} holds checkpoints already; pass resume=True "
@@ -328,18 +312,21 @@ class Checkpoint(Callback):
         sharded = file.suffix != '.pth'
         ck = _read_sharded(file) if sharded else self._read(file)
         dl = learn.dls.train
-        plan = _check_resumable(ck, file, self.world_size, _n_iter(dl), dl.batch_size*self.world_size, learn.n_epoch,
-                                self.allow_batch_change, getattr(dl, 'n', None), getattr(dl, 'shuffle', False))
-        if plan['start'] and plan['start'][0] == 'sample' and not isinstance(dl, DistributedDL):
+        plan = _check_resumable(ck, file, self.world_size, batches_per_epoch(dl), dl.batch_size*self.world_size,
+                                learn.n_epoch, self.allow_batch_change, getattr(dl, 'n', None),
+                                getattr(dl, 'shuffle', False))
+        if plan['start'] and plan['start'][0] == 'sample' and not callable(getattr(dl, 'start_at', None)):
             raise ResumeError(f"{file} was written in the middle of an epoch with a global batch of "
-                              f"{ck['global_batch']}, and this run's is {dl.batch_size*self.world_size}: an iterable "
-                              "training set resumes in the middle of an epoch only with the global batch that wrote it "
-                              "(it skips whole batches of its stream); keep it, or move the file away to resume from "
-                              "an epoch's end")
+                              f"{ck['global_batch']}, and this run's is {dl.batch_size*self.world_size}: an "
+                              "iterable training set resumes in the middle of an epoch only with the global batch that "
+                              "wrote it (it skips whole batches), and so does a loader without start_at (fastai's "
+                              "ShardedDL); keep it, or move the file away to resume from an epoch's end")
         if plan['note'] and self.rank == 0: warnings.warn(plan['note'])
         if sharded: self._load_sharded(file, ck)
         else: learn.load_model_state(ck, file=file)
-        self.n_steps, learn.start_epoch, self.resumed_from = ck['n_steps'], ck['epoch'], file
+        self.n_steps, self.resumed_from, self._first_epoch = ck['n_steps'], file, ck['epoch']
+        start_at(learn, ck['epoch'])
+        self._loop = ck.get('loop') or None   # put back at the first training pass, after the loop's own resets
         self._start = plan['start']
         if ck['batch'] and ck['epoch'] < learn.n_epoch: self._pending = ck   # the rest at the epoch's before_train
         else: self._restore(ck)
@@ -365,7 +352,9 @@ class Checkpoint(Callback):
         self.learn.dls.train.set_epoch(self.learn.epoch)
 
     def before_train(self):
-        "In the epoch a mid-epoch checkpoint resumes, start at its batch and restore the rest, now"
+        "In the epoch a checkpoint resumes: the loop's state; mid-epoch, start at its batch and restore the rest"
+        if self._loop is not None: load_loop_state(self.learn, self._loop)
+        self._loop = None
         if self._pending is None: return
         ck, self._pending = self._pending, None
         kind, v = self._start
@@ -385,11 +374,13 @@ class Checkpoint(Callback):
         mine = {'random': get_random_states(), 'callbacks': {k: cb.state_dict() for k, cb in cbs.items()}}
         ranks = gather_object(mine, dst=0) if self.shared else [mine]
         dl = learn.dls.train
-        ck = dict(format='distrib.Checkpoint', version=3, epoch=epoch, batch=batch, n_iter=_n_iter(dl),
+        ck = dict(format='distrib.Checkpoint', version=3, epoch=epoch, batch=batch, n_iter=batches_per_epoch(dl),
                   n_steps=self.n_steps, n_epoch=learn.n_epoch, world_size=self.world_size,
-                  global_batch=dl.batch_size*self.world_size, n_samples=getattr(dl, 'n', None), ranks=ranks)
+                  global_batch=dl.batch_size*self.world_size, n_samples=getattr(dl, 'n', None), ranks=ranks,
+                  loop=loop_state(learn))
         def check():
             for k, v in ranks[0]['callbacks'].items(): _check_weights_only(v, k)
+            _check_weights_only(ck['loop'], f"{type(learn).__qualname__}.loop_state()")
         if not self._checked: self._on_rank0(check, "check the callbacks' states")
         self._checked = True
         if self._sharded:   # every rank writes its shards, rank 0 the rest beside them
@@ -426,6 +417,7 @@ class Checkpoint(Callback):
 
     def after_epoch(self):
         e = self.learn.epoch
+        if e < self._first_epoch: return   # an epoch a resumed fit skips (fastai's runs its events)
         if not self._stop: self._stop = self.stop_signals.now()
         due = self.every_epoch and (e + 1) % self.every_epoch == 0
         if not (due or self._stop): return

@@ -43,4 +43,9 @@ class Callback:
     def name(self)->str:
         "Snake-case class name without the 'Callback' suffix: `learn.<name>` (as fastai)"
         return class2attr(self, 'Callback')
+    def __call__(self, event:str):
+        """Run this callback's handler of `event` (a name of `events`), if it has one, and return what it returns:
+        how fastai's `Learner` calls a callback (`cb(event)`). Raises what the handler raises."""
+        f = getattr(self, event, None)
+        return f() if f is not None else None
     def __repr__(self): return type(self).__name__

@@ -18,6 +18,7 @@ from ..learner import Learner
 from ..model import unwrap_model, move_model, is_compiled
 from .compiling import compile_options, compile_forwards, restore_forwards
 from .ddp import DistributedTrainer, check_kwargs, train_device
+from .dp import attach, detach
 
 # %% auto #0
 __all__ = []
@@ -46,6 +47,8 @@ def _trainer(strategy:str, device, sync_bn:bool, comm_hook, comm_hook_state, com
     check_kwargs(cls.__init__, kwargs, f"{cls.__name__} (strategy={strategy!r})", ('self', 'device', 'compile'))
     return cls(device=device, compile=compile, **kwargs)
 
+_AGAIN = "This Learner is already distributed (distrib_ctx nested twice?): call detach_distributed() first"
+
 @patch
 def to_distributed(self:Learner, device=None, sync_bn:bool=False, comm_hook:str|None=None, comm_hook_state=None,
                    strategy:str='ddp', compile:bool|dict|None=None, **kwargs)->Learner:
@@ -54,24 +57,13 @@ def to_distributed(self:Learner, device=None, sync_bn:bool=False, comm_hook:str|
     `detach_distributed`;
     `kwargs` are the strategy's options. Raises `RuntimeError` if already attached or in a world of one process,
     and what the trainer raises for bad options."""
-    if any(isinstance(cb, DistributedTrainer) for cb in self.cbs):
-        raise RuntimeError("This Learner is already distributed (distrib_ctx nested twice?): call "
-                           "detach_distributed() first")
-    cb = _trainer(strategy, device, sync_bn, comm_hook, comm_hook_state, compile, kwargs)
-    self.add_cb(cb)
-    try: cb.wrap()
-    except BaseException:
-        self.remove_cb(cb)
-        raise
-    return self
+    return attach(self, _trainer(strategy, device, sync_bn, comm_hook, comm_hook_state, compile, kwargs),
+                  DistributedTrainer, _AGAIN)
 
 @patch
 def detach_distributed(self:Learner)->Learner:
     "Undo `to_distributed`: original model, loaders and logging are back; a no-op when not attached"
-    for cb in [cb for cb in self.cbs if isinstance(cb, DistributedTrainer)]:
-        cb.unwrap()
-        self.remove_cb(cb)
-    return self
+    return detach(self, DistributedTrainer)
 
 # %% ../../nbs/33_strategies.context.ipynb #d94368f8
 @contextmanager

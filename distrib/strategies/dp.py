@@ -14,7 +14,7 @@ from ..callback.core import Callback
 from ..learner import Learner
 
 # %% auto #0
-__all__ = ['ParallelModule', 'ParallelTrainer']
+__all__ = ['ParallelModule', 'ParallelTrainer', 'attach', 'detach']
 
 # %% ../../nbs/31_strategies.dp.ipynb #602eb12e
 class _Autocast:
@@ -62,24 +62,38 @@ class ParallelTrainer(Callback):
         if self.model is not None: self.learn.model, self.model = self.model, None
 
 # %% ../../nbs/31_strategies.dp.ipynb #7ebe7e2e
+def attach(learn, cb, kind:type, again:str):
+    """Add trainer `cb` (a callback with `wrap()` and `unwrap()`) to loop `learn` and wrap the loop; when `wrap`
+    raises, `cb` is removed again and the error raised. Raises `RuntimeError(again)` when `learn` already has a
+    callback of class `kind`. Returns `learn`. The one way `to_parallel`, `to_distributed` and `distrib.fastai`
+    attach a trainer."""
+    if any(isinstance(c, kind) for c in learn.cbs): raise RuntimeError(again)
+    learn.add_cb(cb)
+    try: cb.wrap()
+    except BaseException:
+        learn.remove_cb(cb)
+        raise
+    return learn
+
+def detach(learn, kind:type):
+    """Unwrap (`unwrap()`) and remove every callback of loop `learn` of class `kind` (a trainer); a no-op when none.
+    Returns `learn`."""
+    for cb in [c for c in learn.cbs if isinstance(c, kind)]:
+        cb.unwrap()
+        learn.remove_cb(cb)
+    return learn
+
 @patch
 def to_parallel(self:Learner, device_ids:list|None=None)->Learner:
     """Train with `nn.DataParallel` over `device_ids` (default: all GPUs) until `detach_parallel`; `RuntimeError` if
     already attached"""
-    if any(isinstance(cb, ParallelTrainer) for cb in self.cbs):
-        raise RuntimeError("This Learner already has a ParallelTrainer: call detach_parallel() first")
-    cb = ParallelTrainer(device_ids)
-    self.add_cb(cb)
-    cb.wrap()
-    return self
+    return attach(self, ParallelTrainer(device_ids), ParallelTrainer,
+                  "This Learner already has a ParallelTrainer: call detach_parallel() first")
 
 @patch
 def detach_parallel(self:Learner)->Learner:
     "Undo `to_parallel`: the original model is back in `learn.model`; a no-op when not attached"
-    for cb in [cb for cb in self.cbs if isinstance(cb, ParallelTrainer)]:
-        cb.unwrap()
-        self.remove_cb(cb)
-    return self
+    return detach(self, ParallelTrainer)
 
 @patch
 @contextmanager

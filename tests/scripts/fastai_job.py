@@ -1,8 +1,11 @@
 """fastai's own Learner under distrib.fastai: `python -m distrib.launch --nproc_per_node W fastai_job.py OUT CASE...`
 runs each case on W processes with a per-rank batch of `B` and rank 0 writes what fastai reports to OUT (JSON);
 tests/test_fastai.py runs the same cases with fastai alone, in one process, with the global batch W*B, and compares.
-`cancel_one` (rank 1 alone raises CancelFitException) and `cancel_all` are cases too. Imported by the test for
-`run_case`, with fastai and no distrib context."""
+`cancel_one` (rank 1 alone raises CancelFitException), `cancel_all` and `nan_one` (a NaN loss on rank 1 alone, under
+fastai's TerminateOnNaNCallback) are cases too; `ckpt_stop` (fit_one_cycle
+with distrib's Checkpoint, stopped by SIGUSR1 on rank 1 in the middle of epoch 1) and `ckpt_resume` (the same line,
+resumed) write and read the checkpoints in $FASTAI_JOB_CKPT, with a per-rank batch of $FASTAI_JOB_BS (default B).
+Imported by the test for `run_case`, with fastai and no distrib context."""
 import json, sys, time
 from functools import partial
 import torch
@@ -15,6 +18,7 @@ from fastai.optimizer import OptimWrapper
 from fastai.callback.core import Callback, CancelFitException
 from fastai.callback.training import GradientAccumulation
 from fastai.callback.mixup import MixUp
+from fastai.callback.tracker import TerminateOnNaNCallback
 from fastai.callback.fp16 import MixedPrecision
 from fastai.callback.schedule import *  # noqa: fit_one_cycle, fit_flat_cos, fine_tune, lr_find on fastai's Learner
 
@@ -62,10 +66,47 @@ class CancelOn(Callback):
             print(f"CANCEL rank {os.environ.get('RANK')} at {time.time():.3f}", flush=True)
             raise CancelFitException()
 
+class NaNOn(Callback):
+    "Make the loss NaN at training batch 2 of epoch 0, on rank `rank` alone (before `TerminateOnNaNCallback`'s check)"
+    def __init__(self, rank): self.rank = rank
+    def after_loss(self):
+        if self.training and self.epoch == 0 and self.iter == 2 and _rank() == self.rank:
+            print(f"NAN rank {_rank()} at {time.time():.3f}", flush=True)
+            self.learn.loss_grad = self.learn.loss_grad * float('nan')
+            self.learn.loss = self.learn.loss_grad.clone()
+
+class SignalAt(Callback):
+    "Send `sig` to this process after training batch `it` of epoch `epoch`, on rank `rank`; each step sleeps `secs`"
+    def __init__(self, sig, rank, epoch, it, secs=0.05):
+        self.sig, self.rank, self.at, self.secs = sig, rank, (epoch, it), secs
+    def after_batch(self):
+        import signal
+        if not self.training: return
+        time.sleep(self.secs)   # steps long beside the stop agreement's all-reduce: it runs at almost every step
+        if (self.epoch, self.iter) == self.at and _rank() == self.rank: signal.raise_signal(self.sig)
+
+def checkpointed(learn, name:str, out:dict):
+    """fit_one_cycle with distrib's Checkpoint (`ckpt_stop`: SIGUSR1 on rank 1 after batch 1 of epoch 1 stops every
+    rank with a checkpoint, `Preempted`; `ckpt_resume`: resumes from it); returns False when the fit was stopped"""
+    import os, signal
+    from pathlib import Path
+    from distrib.callback.checkpoint import Checkpoint
+    from distrib.callback.preemption import Preempted
+    learn.path = Path(os.environ['FASTAI_JOB_CKPT'])
+    ck = Checkpoint(signals=('SIGTERM', 'SIGUSR1'), keep_last=None)
+    cbs = [ck] + ([SignalAt(signal.SIGUSR1, 1, 1, 1)] if name == 'ckpt_stop' else [])
+    try: learn.fit_one_cycle(2, 1e-2, cbs=cbs)
+    except Preempted as e:
+        s = torch.load(e.file, weights_only=True)
+        out['preempted'] = dict(code=e.code, file=str(e.file), epoch=s['epoch'], batch=s['batch'], n_iter=s['n_iter'])
+        return False
+    out['resumed_from'] = None if ck.resumed_from is None else str(ck.resumed_from)
+    return True
+
 def run_case(name:str, bs:int)->dict:
     "Case `name` with batch size `bs` per process: what fastai reports"
     learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam', ignore=name.startswith('ignore')), {}
-    ctx = learn.distrib_ctx() if hasattr(learn, 'distrib_ctx') and bs == B and _world() > 1 else _null()
+    ctx = learn.distrib_ctx() if hasattr(learn, 'distrib_ctx') and bs == job_bs() and _world() > 1 else _null()
     with ctx:
         if name == 'fit': learn.fit(2, 1e-2)
         elif name == 'sgd': learn.fit(2, 0.1)
@@ -93,8 +134,14 @@ def run_case(name:str, bs:int)->dict:
         elif name == 'timing':   # seconds per training step, over 20 epochs (bench/fastai_distributed.py)
             learn.fit(1, 1e-2); t0 = time.perf_counter(); learn.fit(20, 1e-2)
             out['step_ms'] = (time.perf_counter() - t0) * 1000 / (20 * len(learn.dls.train))
+        elif name in ('ckpt_stop', 'ckpt_resume'):
+            if not checkpointed(learn, name, out):
+                out['weights'] = torch.cat([p.detach().float().flatten() for p in learn.model.parameters()]).tolist()
+                return out
         elif name in ('cancel_one', 'cancel_all'):
             learn.fit(2, 1e-2, cbs=CancelOn(1 if name == 'cancel_one' else None))
+        elif name == 'nan_one':   # a NaN loss on rank 1 alone: fastai's TerminateOnNaNCallback cancels there only
+            learn.fit(2, 1e-2, cbs=[NaNOn(1), TerminateOnNaNCallback()])
         if name != 'lr_find': out['values'] = [[float(v) for v in row] for row in learn.recorder.values]
         if name not in ('lr_find', 'mixup', 'save', 'timing'):
             preds, targs, losses = learn.get_preds(with_loss=True)
@@ -111,6 +158,11 @@ def _rank()->int:
     import os
     return int(os.environ.get('RANK', 0))
 
+def job_bs()->int:
+    "The per-rank batch of a launched job: $FASTAI_JOB_BS, default B"
+    import os
+    return int(os.environ.get('FASTAI_JOB_BS', B))
+
 def _world()->int:
     import os
     return int(os.environ.get('WORLD_SIZE', 1))
@@ -118,10 +170,11 @@ def _world()->int:
 if __name__ == '__main__':
     from distrib.fastai import *  # noqa: the one-line change: was `from fastai.distributed import *`
     from distrib.runtime.collectives import all_reduce_sum
+    import os
     import fastai_job   # noqa: the cases as that module's, so that what export pickles names it, not __main__
     path, names, res = sys.argv[1], sys.argv[2:], {}
     for name in names:
-        res[name] = fastai_job.run_case(name, B)
+        res[name] = fastai_job.run_case(name, fastai_job.job_bs())
         w = torch.tensor(res[name]['weights'], dtype=torch.float64)   # every rank holds the same weights
         spread = (all_reduce_sum(w) / _world() - w).abs().max().item()
         res[name]['rank_spread'] = all_reduce_sum(torch.tensor(spread, dtype=torch.float64)).item()
