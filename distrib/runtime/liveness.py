@@ -4,20 +4,19 @@
 
 # %% ../../nbs/05_runtime.liveness.ipynb #c6a5e511
 from __future__ import annotations
-import os, sys, json, time, atexit, datetime, threading, traceback
+import os, sys, json, time, atexit, datetime, threading, traceback, statistics
 from collections import deque
 import torch.distributed as dist
 from .world import World, current_world
 from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
-from .position import (rank_state, reset_rank_state, position, describe, oldest_queued)
+from .position import rank_state, reset_rank_state, position, describe, oldest_queued
 from .schema import JobStore, JobFailure
 
 # %% auto #0
 __all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'AT_DIR_ENV', 'liveness_timeout', 'running', 'remember_position',
-           'where_now', 'report_failure', 'settle', 'peers_gone', 'add_check', 'main_stack', 'waits_for_others',
-           'copy_at_records', 'start_liveness', 'reset_liveness', 'script_ended', 'set_group_state', 'stop_liveness',
-           'record_exit']
+           'where_now', 'report_failure', 'settle', 'peers_gone', 'add_check', 'waits_for_others', 'copy_at_records',
+           'start_liveness', 'reset_liveness', 'script_ended', 'set_group_state', 'stop_liveness', 'record_exit']
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9e9e7210
 INTERVAL = 1.0                   # seconds between two heartbeats of a rank (and two checks of its watchdog)
@@ -162,8 +161,8 @@ def add_check(check):
     st = rank_state()
     if check not in st.checks: st.checks = st.checks + (check,)
 
-def main_stack(limit:int=12, # the innermost frames to keep
-              )->str:        # the frames as `traceback.format_stack` writes them, innermost last
+def _main_stack(limit:int=12, # the innermost frames to keep
+               )->str:        # the frames as `traceback.format_stack` writes them, innermost last
     "The Python stack of this process's main thread now, read from any thread; '' when it has none"
     f = sys._current_frames().get(threading.main_thread().ident)
     return '' if f is None else ''.join(traceback.format_stack(f)[-limit:])
@@ -171,6 +170,15 @@ def main_stack(limit:int=12, # the innermost frames to keep
 def waits_for_others(p:dict)->bool:
     "True when position `p` waits for other ranks: in a collective (or its set-up), DDP's gradient sync, a barrier"
     return p.get('op') in ('collective', 'setup', 'barrier') or bool(p.get('sync'))
+
+def _note_step(p:dict, now:float):
+    "Time the training steps from position `p` seen at `now` (the watchdog's tick), in the state's `steps`"
+    st = rank_state()
+    if not p.get('training') or p.get('batch') is None: st.last_step = None; return
+    k, last = (p.get('epoch'), p['batch']), st.last_step
+    if last is not None and last[0][0] == k[0] and k[1] > last[0][1]:
+        st.steps.append((now - last[1]) / (k[1] - last[0][1]))
+    if last is None or last[0] != k: st.last_step = (k, now)
 
 class _Watchdog(threading.Thread):
     """This rank's heartbeat and watchdog: a daemon thread with its own client of the job's store, two calls per
@@ -180,7 +188,9 @@ class _Watchdog(threading.Thread):
     `pos`, `pos_key`, `pos_since` (this rank's position as the last heartbeat published it, a key of it, and since
     when), `values` and `fresh` (what this tick's read returned, and whether there was one), `want(*keys)` and
     `later(write)` (a read or a write at a coming tick), `ending` (True once it ends this rank), `end(err, ...)`
-    (the one way a rank ends) and `publish_verdict(info)` (rank 0's verdict on a deadlock, for every rank)."""
+    (the one way a rank ends), `publish_verdict(info)` (rank 0's verdict on a deadlock, for every rank),
+    `median_step()` (the median seconds per training step, timed from this rank's positions at each tick) and
+    `main_stack(limit)` (the main thread's Python stack now)."""
     def __init__(self, store, world:World, timeout:float):
         super().__init__(name='distrib-liveness', daemon=True)
         self.store, self.world, self.timeout, self.js = store, world, timeout, JobStore(store)
@@ -194,6 +204,16 @@ class _Watchdog(threading.Thread):
         self.halt = threading.Event()
         self.lock = threading.Lock()  # one heartbeat published at a time: the main thread's (`publish`) or a tick's
         self.passed, self.gone = None, None  # (rank, goodbye) of the first exited peer passed over; when watched gone
+
+    def median_step(self)->float:
+        "The median seconds per training step this rank took so far (timed at each tick: `_note_step`); 0 before any"
+        steps = rank_state().steps
+        return statistics.median(steps) if steps else 0.
+
+    def main_stack(self, limit:int=12, # the innermost frames to keep
+                  )->str:             # the frames as `traceback.format_stack` writes them, innermost last
+        "The Python stack of this process's main thread now, read from this thread; '' when it has none"
+        return _main_stack(limit)
 
     def want(self, *keys:str):
         "Read `keys` (keys that exist) in the next tick's `multi_get`; their values are then in `self.values`"
@@ -251,7 +271,7 @@ class _Watchdog(threading.Thread):
         with self.lock:  # the first call: the heartbeat, with its stack once a wait starts
             hb, self.fresh = self.heartbeat(now), False
             blocked = self.blocked(now) if not self.ending else self.counted
-            self.js.publish_heartbeat(r, hb, main_stack() if blocked and not self.counted else None)
+            self.js.publish_heartbeat(r, hb, self.main_stack() if blocked and not self.counted else None)
         if self.ending: return
         if blocked != self.counted:  # the second call: this rank counts itself in `waiting`, or no more
             st.waiting = self.js.add(JobStore.WAITING, 1 if blocked else JobStore.WAITING_GEN - 1)
@@ -259,6 +279,7 @@ class _Watchdog(threading.Thread):
         elif self.todo: self.todo.popleft()(self.js)
         else: self.read(now)
         if self.ending: return
+        _note_step(self.pos, now)
         for check in st.checks: check(self, now)
 
     def read(self, now:float):
@@ -362,7 +383,7 @@ class _Watchdog(threading.Thread):
         self.ending = True
         if err is not None:
             if tb is None:
-                main = f"Rank {self.world.rank}'s main thread (innermost last):\n{main_stack()}" if stack else ''
+                main = f"Rank {self.world.rank}'s main thread (innermost last):\n{self.main_stack()}" if stack else ''
                 tb = (f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread; the main thread was in "
                       f"{describe(position())})\n{main}")
             report_failure(err, store=self.store, tb_text=tb)
