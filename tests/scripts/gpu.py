@@ -521,7 +521,7 @@ def queued():
     Rank 1 holds (a store key it waits for, with a timeout: never a hang) while rank 0's collective is queued; what
     each rank finds wrong is gathered and raised on every rank at the end of each part. Assertions marked CUDA need
     NCCL; on CPU a gloo `async_op=True` all-reduce, `mark_queued(done=work.is_completed)`, stands for NCCL's."""
-    from distrib.runtime.position import rank_state, doing, mark_queued
+    from distrib.runtime.position import rank_state, doing, mark_queued, describe
     from distrib.runtime.liveness import running
     from distrib.runtime.schema import JobStore
     assert W == 2, W
