@@ -4,27 +4,25 @@
 
 # %% ../../nbs/05_runtime.liveness.ipynb #c6a5e511
 from __future__ import annotations
-import os, sys, json, time, atexit, datetime, threading, traceback
+import os, sys, json, time, atexit, datetime, threading, traceback, statistics
 from collections import deque
 import torch.distributed as dist
 from .world import World, current_world
 from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
-from .position import (rank_state, reset_rank_state, position, describe, peer_verdict, exit_verdict,
-                                      oldest_queued)
+from .position import rank_state, reset_rank_state, position, describe, oldest_queued
 from .schema import JobStore, JobFailure
 
 # %% auto #0
-__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'EXIT_RECORD_WAIT', 'AT_DIR_ENV', 'liveness_timeout', 'running',
-           'remember_position', 'where_now', 'heartbeat_where', 'report_failure', 'settle', 'add_check', 'main_stack',
-           'waits_for_others', 'copy_at_records', 'start_liveness', 'reset_liveness', 'script_ended', 'set_group_state',
-           'stop_liveness', 'exits_recorded', 'record_exit']
+__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'AT_DIR_ENV', 'liveness_timeout', 'running', 'remember_position',
+           'where_now', 'report_failure', 'settle', 'peers_gone', 'add_check', 'waits_for_others', 'copy_at_records',
+           'start_liveness', 'reset_liveness', 'script_ended', 'set_group_state', 'stop_liveness', 'record_exit']
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9e9e7210
 INTERVAL = 1.0                   # seconds between two heartbeats of a rank (and two checks of its watchdog)
 DEFAULT_LIVENESS_TIMEOUT = 20.0  # seconds without a heartbeat before a rank counts as dead
 GRACE = 2.0                      # seconds the main thread has to fail by itself before the watchdog ends its rank
-EXIT_RECORD_WAIT = 2.0           # seconds a rank that finds a peer's process gone waits for its launcher's record
+_EXIT_RECORD_WAIT = 2.0           # seconds a rank that finds a peer's process gone waits for its launcher's record
 
 def liveness_timeout()->float:
     """Seconds without a heartbeat after which a rank counts as dead: `DISTRIB_LIVENESS_TIMEOUT`, default
@@ -62,7 +60,7 @@ def where_now()->str|None:
     p = position()
     return rank_state().failed_at or (describe(p) if p else None)
 
-def heartbeat_where(hb:dict)->str|None:
+def _heartbeat_where(hb:dict)->str|None:
     "Where heartbeat `hb` says its rank is, in words; None when it says nothing"
     return describe(hb['pos']) if hb.get('pos') else None
 
@@ -107,6 +105,55 @@ def settle(rec:ErrorRecord|None):
     if rec is None or rec.kind not in ('peer', 'stall') or rec.seq != 1 or st.main is None: return
     JobStore(st.main).await_failure(2, GRACE)  # no other report within GRACE (or no store): go on
 
+# %% ../../nbs/05_runtime.liveness.ipynb #df53b76b
+def _peer_verdict(hb:dict,          # the peer's last heartbeat
+                  silent:float,     # seconds its heartbeat has been unchanged, by this rank's clock
+                  me:dict,          # this rank's {'group': ..., 'state': ...}
+                  timeout:float,    # seconds of silence after which a peer counts as dead (`liveness_timeout()`)
+                  proc:str|None,    # the peer's `proc_state`, None when it is on another machine
+                 )->str|None:       # how the peer ended, in words; None while all is well
+    "Whether the peer of heartbeat `hb` has failed this rank, and how it ended"
+    if hb.get('state') == 'exited':
+        code, group, mine = hb.get('code'), hb.get('group'), me.get('group')
+        if code: return f"exited with code {code}"
+        if mine == 'joining' or group in ('none', 'joining') and mine == 'joined':
+            return "exited with code 0 before joining the process group (which can then never be complete)"
+        if group == 'joined' and mine == 'joined': return "exited with code 0 without leaving the process group"
+        return None
+    if proc == 'gone': return "ended without a word (killed by a signal, or os._exit)"
+    if silent < timeout or proc == 'running': return None
+    if proc == 'stopped': return f"froze: its process is stopped (SIGSTOP or a debugger) and silent for {silent:.0f} s"
+    return f"stopped heartbeating {silent:.0f} s ago (frozen, killed, or its machine is unreachable)"
+
+def _exit_verdict(hb:dict|None, # the rank's last heartbeat; None when it published none
+                  code:int,     # its exit code, as its launcher saw it
+                 )->str:        # how the rank ended, in words
+    """How a rank that exited without a goodbye in its heartbeat (`hb` not 'exited': `os._exit`, or an exit before
+    its first heartbeat) ended, as its launcher saw it, in the words of `_peer_verdict`: before joining the process
+    group, without leaving it, or after leaving it (its last heartbeat's `group`)"""
+    group = (hb or {}).get('group') or 'none'
+    how = {'joined': "without leaving the process group",
+           'left': "after leaving the process group, while the other ranks run"}.get(
+               group, "before joining the process group (which can then never be complete)")
+    said = "before its first heartbeat" if not hb else "without a word (os._exit?)"
+    return f"exited with code {code} {how}, {said}, as its launcher saw"
+
+def peers_gone(hbs:dict, # rank -> its last heartbeat (`JobStore.heartbeats`), of other ranks than this one
+              )->tuple:  # (gone, record_wait)
+    """The peers of `hbs` that ended or froze, judged at once as the watchdog judges its peer (`_peer_verdict`, no
+    silence counting): `gone` is {rank: {'how', 'where'}} in their words; `record_wait` the seconds to wait for the
+    launcher's record of a process gone without a goodbye (`record_exit`) before believing `gone`, 0 when there is
+    none to wait for. Reads `/proc` only, no store call."""
+    st, me = rank_state(), identity()
+    gone, quiet = {}, False
+    for r, hb in hbs.items():
+        proc = proc_state(hb, me)
+        how = _peer_verdict(hb, 0., {'group': st.group}, float('inf'), proc)
+        if how is None and proc == 'stopped': how = 'froze: its process is stopped (SIGSTOP or a debugger)'
+        if how is not None: gone[r] = {'how': how, 'where': _heartbeat_where(hb)}
+        quiet = quiet or proc == 'gone' and hb.get('state') != 'exited'
+    return gone, (_EXIT_RECORD_WAIT if quiet and _exits_recorded() else 0.)
+
 # %% ../../nbs/05_runtime.liveness.ipynb #01563515
 def add_check(check):
     """Have the watchdog call `check(watchdog, now)` at each tick, after its store calls (the deadlock, stall and
@@ -114,8 +161,8 @@ def add_check(check):
     st = rank_state()
     if check not in st.checks: st.checks = st.checks + (check,)
 
-def main_stack(limit:int=12, # the innermost frames to keep
-              )->str:        # the frames as `traceback.format_stack` writes them, innermost last
+def _main_stack(limit:int=12, # the innermost frames to keep
+               )->str:        # the frames as `traceback.format_stack` writes them, innermost last
     "The Python stack of this process's main thread now, read from any thread; '' when it has none"
     f = sys._current_frames().get(threading.main_thread().ident)
     return '' if f is None else ''.join(traceback.format_stack(f)[-limit:])
@@ -123,6 +170,15 @@ def main_stack(limit:int=12, # the innermost frames to keep
 def waits_for_others(p:dict)->bool:
     "True when position `p` waits for other ranks: in a collective (or its set-up), DDP's gradient sync, a barrier"
     return p.get('op') in ('collective', 'setup', 'barrier') or bool(p.get('sync'))
+
+def _note_step(p:dict, now:float):
+    "Time the training steps from position `p` seen at `now` (the watchdog's tick), in the state's `steps`"
+    st = rank_state()
+    if not p.get('training') or p.get('batch') is None: st.last_step = None; return
+    k, last = (p.get('epoch'), p['batch']), st.last_step
+    if last is not None and last[0][0] == k[0] and k[1] > last[0][1]:
+        st.steps.append((now - last[1]) / (k[1] - last[0][1]))
+    if last is None or last[0] != k: st.last_step = (k, now)
 
 class _Watchdog(threading.Thread):
     """This rank's heartbeat and watchdog: a daemon thread with its own client of the job's store, two calls per
@@ -132,7 +188,9 @@ class _Watchdog(threading.Thread):
     `pos`, `pos_key`, `pos_since` (this rank's position as the last heartbeat published it, a key of it, and since
     when), `values` and `fresh` (what this tick's read returned, and whether there was one), `want(*keys)` and
     `later(write)` (a read or a write at a coming tick), `ending` (True once it ends this rank), `end(err, ...)`
-    (the one way a rank ends) and `publish_verdict(info)` (rank 0's verdict on a deadlock, for every rank)."""
+    (the one way a rank ends), `publish_verdict(info)` (rank 0's verdict on a deadlock, for every rank),
+    `median_step()` (the median seconds per training step, timed from this rank's positions at each tick) and
+    `main_stack(limit)` (the main thread's Python stack now)."""
     def __init__(self, store, world:World, timeout:float):
         super().__init__(name='distrib-liveness', daemon=True)
         self.store, self.world, self.timeout, self.js = store, world, timeout, JobStore(store)
@@ -146,6 +204,16 @@ class _Watchdog(threading.Thread):
         self.halt = threading.Event()
         self.lock = threading.Lock()  # one heartbeat published at a time: the main thread's (`publish`) or a tick's
         self.passed, self.gone = None, None  # (rank, goodbye) of the first exited peer passed over; when watched gone
+
+    def median_step(self)->float:
+        "The median seconds per training step this rank took so far (timed at each tick: `_note_step`); 0 before any"
+        steps = rank_state().steps
+        return statistics.median(steps) if steps else 0.
+
+    def main_stack(self, limit:int=12, # the innermost frames to keep
+                  )->str:             # the frames as `traceback.format_stack` writes them, innermost last
+        "The Python stack of this process's main thread now, read from this thread; '' when it has none"
+        return _main_stack(limit)
 
     def want(self, *keys:str):
         "Read `keys` (keys that exist) in the next tick's `multi_get`; their values are then in `self.values`"
@@ -203,7 +271,7 @@ class _Watchdog(threading.Thread):
         with self.lock:  # the first call: the heartbeat, with its stack once a wait starts
             hb, self.fresh = self.heartbeat(now), False
             blocked = self.blocked(now) if not self.ending else self.counted
-            self.js.publish_heartbeat(r, hb, main_stack() if blocked and not self.counted else None)
+            self.js.publish_heartbeat(r, hb, self.main_stack() if blocked and not self.counted else None)
         if self.ending: return
         if blocked != self.counted:  # the second call: this rank counts itself in `waiting`, or no more
             st.waiting = self.js.add(JobStore.WAITING, 1 if blocked else JobStore.WAITING_GEN - 1)
@@ -211,6 +279,7 @@ class _Watchdog(threading.Thread):
         elif self.todo: self.todo.popleft()(self.js)
         else: self.read(now)
         if self.ending: return
+        _note_step(self.pos, now)
         for check in st.checks: check(self, now)
 
     def read(self, now:float):
@@ -225,7 +294,7 @@ class _Watchdog(threading.Thread):
             self.failures = n
             return self.job_failed(self.js.first_failure(n))
         if self.passed is not None:  # an exited peer passed over never joins a group this rank sets up from now on
-            how = peer_verdict(self.passed[1], 0., {'group': st.group, 'state': st.state}, self.timeout, None)
+            how = _peer_verdict(self.passed[1], 0., {'group': st.group, 'state': st.state}, self.timeout, None)
             if how is not None: return self.peer_failed(self.passed[0], how, self.passed[1])
         if self.watched is None: return
         if not self.known: self.known = self.store.check([hb_key])  # until its first heartbeat
@@ -239,10 +308,10 @@ class _Watchdog(threading.Thread):
         st = rank_state()
         me = {'group': st.group, 'state': st.state}
         proc = proc_state(hb, self.me)
-        how = peer_verdict(hb, now - since, me, self.timeout, proc)
-        if how is not None and proc == 'gone' and hb.get('state') != 'exited' and exits_recorded():
+        how = _peer_verdict(hb, now - since, me, self.timeout, proc)
+        if how is not None and proc == 'gone' and hb.get('state') != 'exited' and _exits_recorded():
             self.gone = self.gone or now  # its launcher publishes an exit without a goodbye: the failures counter
-            if now - self.gone < EXIT_RECORD_WAIT: return  # brings its words (`record_exit`) within a tick or two
+            if now - self.gone < _EXIT_RECORD_WAIT: return  # brings its words (`record_exit`) within a tick or two
         if how is not None: return self.peer_failed(self.watched, how, hb)
         if hb.get('state') == 'exited' and self.watched != self.ring[-1]:  # it said goodbye: watch the next one
             self.passed = self.passed or (self.watched, hb)
@@ -250,7 +319,7 @@ class _Watchdog(threading.Thread):
 
     def peer_failed(self, r:int, how:str, hb:dict):
         "Peer `r` (last heartbeat `hb`) failed this rank: report it and end"
-        blame = {r: {'how': how, 'where': heartbeat_where(hb)}}
+        blame = {r: {'how': how, 'where': _heartbeat_where(hb)}}
         self.end(PeerFailedError(f"rank {self.world.rank} stops: {blame_text(blame)} (its last heartbeat)", blame))
 
     def publish_verdict(self, info:JobFailure):
@@ -314,7 +383,7 @@ class _Watchdog(threading.Thread):
         self.ending = True
         if err is not None:
             if tb is None:
-                main = f"Rank {self.world.rank}'s main thread (innermost last):\n{main_stack()}" if stack else ''
+                main = f"Rank {self.world.rank}'s main thread (innermost last):\n{self.main_stack()}" if stack else ''
                 tb = (f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread; the main thread was in "
                       f"{describe(position())})\n{main}")
             report_failure(err, store=self.store, tb_text=tb)
@@ -471,7 +540,7 @@ def stop_liveness(code:int|None=None, # the exit code; default: the script's, el
     except Exception: pass  # exiting: a store already gone (rank 0 ended first) has no reader left
 
 # %% ../../nbs/05_runtime.liveness.ipynb #a37e0002
-def exits_recorded()->bool:
+def _exits_recorded()->bool:
     """True when this rank's launcher publishes the exits of its workers that their peers cannot see (`record_exit`):
     `distrib.launch`'s agent, which sets `DISTRIB_LAUNCHER_PID` for its workers"""
     return bool(os.environ.get('DISTRIB_LAUNCHER_PID'))
@@ -482,14 +551,14 @@ def record_exit(store,               # a client of the job's store, its keys unp
                 restart_count:int=0, # the attempt it ran in (torchrun's TORCHELASTIC_RESTART_COUNT)
                )->JobFailure|None:   # the record published; None when there was nothing to publish
     """For a launcher that saw worker `rank` exit with `code`: publish the exit as the job's next failure
-    (`failure/<seq>`, kind 'exit', blaming `rank` in the words of `exit_verdict`), which every rank's watchdog reads
+    (`failure/<seq>`, kind 'exit', blaming `rank` in the words of `_exit_verdict`), which every rank's watchdog reads
     at its next tick, when its peers cannot know it: exit code 0 without a goodbye in its last heartbeat, or any code
-    before its first heartbeat. Nothing when its heartbeat says goodbye (its watcher judges that, `peer_verdict`) or
+    before its first heartbeat. Nothing when its heartbeat says goodbye (its watcher judges that, `_peer_verdict`) or
     for another code after its first heartbeat (the launcher ends the job itself). Raises the store's errors."""
     js = JobStore(store, restart_count)
     hb = js.heartbeat(rank)
     if hb and (hb.get('state') == 'exited' or code != 0): return None
-    how, where = exit_verdict(hb, code), heartbeat_where(hb or {})
+    how, where = _exit_verdict(hb, code), _heartbeat_where(hb or {})
     info = JobFailure('exit', rank, how, where, {rank: {'how': how, 'where': where}}, code=code)
     js.report(info)
     return info

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, MISSING
 
 # %% auto #0
 __all__ = ['RankState', 'rank_state', 'reset_rank_state', 'doing', 'seconds_or_none', 'long_phase', 'track', 'position',
-           'describe', 'mark_queued', 'oldest_queued', 'queue_tracking', 'peer_verdict', 'exit_verdict']
+           'describe', 'mark_queued', 'oldest_queued', 'queue_tracking']
 
 # %% ../../nbs/04_runtime.position.ipynb #a30e0002
 @dataclass(eq=False)
@@ -279,36 +279,3 @@ def queue_tracking(on:bool,                # record CUDA events for collectives 
     st = _STATE
     st.track_queued, st.queue_timeout = on, timeout
     if not on: st.queued.clear()
-
-# %% ../../nbs/04_runtime.position.ipynb #df53b76b
-def peer_verdict(hb:dict,          # the peer's last heartbeat
-                 silent:float,     # seconds its heartbeat has been unchanged, by this rank's clock
-                 me:dict,          # this rank's {'group': ..., 'state': ...}
-                 timeout:float,    # seconds of silence after which a peer counts as dead (`liveness_timeout()`)
-                 proc:str|None,    # the peer's `proc_state`, None when it is on another machine
-                )->str|None:       # how the peer ended, in words; None while all is well
-    "Whether the peer of heartbeat `hb` has failed this rank, and how it ended"
-    if hb.get('state') == 'exited':
-        code, group, mine = hb.get('code'), hb.get('group'), me.get('group')
-        if code: return f"exited with code {code}"
-        if mine == 'joining' or group in ('none', 'joining') and mine == 'joined':
-            return "exited with code 0 before joining the process group (which can then never be complete)"
-        if group == 'joined' and mine == 'joined': return "exited with code 0 without leaving the process group"
-        return None
-    if proc == 'gone': return "ended without a word (killed by a signal, or os._exit)"
-    if silent < timeout or proc == 'running': return None
-    if proc == 'stopped': return f"froze: its process is stopped (SIGSTOP or a debugger) and silent for {silent:.0f} s"
-    return f"stopped heartbeating {silent:.0f} s ago (frozen, killed, or its machine is unreachable)"
-
-def exit_verdict(hb:dict|None, # the rank's last heartbeat; None when it published none
-                 code:int,     # its exit code, as its launcher saw it
-                )->str:        # how the rank ended, in words
-    """How a rank that exited without a goodbye in its heartbeat (`hb` not 'exited': `os._exit`, or an exit before
-    its first heartbeat) ended, as its launcher saw it, in the words of `peer_verdict`: before joining the process
-    group, without leaving it, or after leaving it (its last heartbeat's `group`)"""
-    group = (hb or {}).get('group') or 'none'
-    how = {'joined': "without leaving the process group",
-           'left': "after leaving the process group, while the other ranks run"}.get(
-               group, "before joining the process group (which can then never be complete)")
-    said = "before its first heartbeat" if not hb else "without a word (os._exit?)"
-    return f"exited with code {code} {how}, {said}, as its launcher saw"

@@ -11,9 +11,9 @@ from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError
                                     blame_text)
 from .position import rank_state, describe, position, seconds_or_none
 from .schema import JobStore, JobFailure
-from .liveness import add_check, main_stack, waits_for_others
+from .liveness import add_check, waits_for_others
 from .waits import stuck_error, wait_id
-from .stragglers import note_step, median_step, watch_stragglers
+from .stragglers import watch_stragglers
 
 # %% auto #0
 __all__ = ['stall_report_after', 'check_stall_timeout', 'stall_timeout_for', 'watch_stalls']
@@ -61,11 +61,12 @@ def stall_timeout_for(t:float|None, # seconds (`check_stall_timeout`); None: lea
     finally: st.stall_timeout = prev
 
 # %% ../../nbs/07_runtime.stalls.ipynb #54fa9d75
-def _stall_report_threshold()->float:
+def _stall_report_threshold(dog)->float:
     """Seconds a rank stays stuck before its stall is reported: `stall_report_after()`, else `max(_STALL_FLOOR,
-    _STALL_STEPS` × the fit's median step time`)`; `math.inf` when reports are off (`DISTRIB_STALL_REPORT=0`)"""
+    _STALL_STEPS` × the fit's median step time`)`, which the rank's `_Watchdog` `dog` gives (`dog.median_step()`);
+    `math.inf` when reports are off (`DISTRIB_STALL_REPORT=0`)"""
     after = stall_report_after()
-    if after is None: after = max(_STALL_FLOOR, _STALL_STEPS * median_step())
+    if after is None: after = max(_STALL_FLOOR, _STALL_STEPS * dog.median_step())
     return after or math.inf
 
 # %% ../../nbs/07_runtime.stalls.ipynb #a38e0002
@@ -94,7 +95,7 @@ def _watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store c
     name, start, _ = phases[0]
     key, age, me = (name, start), now - start, dog.world.rank
     due = (st.phase_due[1] if st.phase_due is not None and st.phase_due[0] == key else
-           _PHASE_REPORT_FACTOR * _stall_report_threshold())
+           _PHASE_REPORT_FACTOR * _stall_report_threshold(dog))
     st.phase_due = (key, due)
     waiting = st.waiting % JobStore.WAITING_GEN
     if age < due or not waiting and me != 0: return
@@ -105,7 +106,7 @@ def _watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store c
            "no rank waits for it now (when no rank waits, rank 0 alone reports its long phases)")
     print(f"distrib: long phase: rank {me} has been in the declared long phase {name!r} for {age:.0f} s{inner}; {who}. "
           f"The job goes on (reported again at {due:.0f} s); long_phase({name!r}, timeout=SECONDS) ends it after that "
-          f"long instead.\nRank {me}'s main thread (innermost last):\n{main_stack(_STACK_FRAMES)}", file=sys.stderr,
+          f"long instead.\nRank {me}'s main thread (innermost last):\n{dog.main_stack(_STACK_FRAMES)}", file=sys.stderr,
           flush=True)
 
 # %% ../../nbs/07_runtime.stalls.ipynb #e40427a3
@@ -248,7 +249,7 @@ def _examine(dog,        # rank 0's `_Watchdog`
     st = rank_state()
     n, v = dog.world.world_size, st.waiting
     if v % JobStore.WAITING_GEN < n or st.settled == (v // JobStore.WAITING_GEN, dog.pos_key): st.suspect = None; return
-    hold = max(_MISMATCH_AFTER, 2*median_step())
+    hold = max(_MISMATCH_AFTER, 2*dog.median_step())
     hbs, mine = dog.js.heartbeats(range(n)), dog.pos
     hbs[0] = dict(hbs.get(0, {}), pos=mine, age=now - dog.pos_since, left=st.left, colls=st.colls, state=st.state)
     found = _verdict(hbs, hold)
@@ -272,7 +273,7 @@ def _stall(dog, mine:dict, age:float):
     "Report (or, past `_stall_timeout()`, end) this rank's stall: at `mine` for `age` s while a peer waits for it"
     st = rank_state()
     if waits_for_others(mine) or mine.get('phase') or st.state != 'running' or _first_step(st.learn): return
-    after, end_after = _stall_report_threshold(), _stall_timeout()
+    after, end_after = _stall_report_threshold(dog), _stall_timeout()
     if age < min(after, end_after or math.inf): return
     ending = end_after is not None and age >= end_after
     if not ending and st.stall_reported in (dog.pos_key, (dog.pos_key, st.waiting)): return
@@ -288,7 +289,7 @@ def _stall(dog, mine:dict, age:float):
                                                       if len(waiting) > 4 else '')
     where = describe(mine)
     head = f"rank {me} has been in {where} for {age:.0f} s, while {others}"
-    stacks = (f"Rank {me}'s main thread (innermost last):\n{main_stack(_STACK_FRAMES)}" +
+    stacks = (f"Rank {me}'s main thread (innermost last):\n{dog.main_stack(_STACK_FRAMES)}" +
               _stacks(dog.store, list(waiting)[:3]))
     if ending:
         blame = {me: {'how': f"did not arrive: it is alive and has been there for {age:.0f} s", 'where': where}}
@@ -321,8 +322,7 @@ def _watch(dog,        # the rank's `_Watchdog`, after its tick's store calls
     _watch_phases(dog, now)
     if dog.ending: return
     mine, age = dog.pos, now - dog.pos_since
-    note_step(mine, now)
-    st.hold = max(_MISMATCH_AFTER, 2*median_step())
+    st.hold = max(_MISMATCH_AFTER, 2*dog.median_step())
     q = st.queued
     if q and st.queue_timeout and now - q[0][2] >= st.queue_timeout: return _queued_timeout(dog, q[0], now)
     if not waits_for_others(mine) and not (st.left and not mine.get('event')): _stall(dog, mine, age)

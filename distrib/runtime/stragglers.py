@@ -4,30 +4,14 @@
 
 # %% ../../nbs/06a_runtime.stragglers.ipynb #c6a0a002
 from __future__ import annotations
-import os, sys, math, time, statistics
+import os, sys, math, time
 from collections import deque
 import torch
 from .position import rank_state
 from .schema import JobStore
 
 # %% auto #0
-__all__ = ['note_step', 'median_step', 'straggler_steps', 'straggler_ratio', 'StepTimer', 'watch_stragglers']
-
-# %% ../../nbs/06a_runtime.stragglers.ipynb #c6a0a009
-def note_step(p:dict, now:float):
-    "Time the training steps from position `p` seen at `now` (the watchdog's tick), in the state's `steps`"
-    st = rank_state()
-    if not p.get('training') or p.get('batch') is None: st.last_step = None; return
-    k, last = (p.get('epoch'), p['batch']), st.last_step
-    if last is not None and last[0][0] == k[0] and k[1] > last[0][1]:
-        st.steps.append((now - last[1]) / (k[1] - last[0][1]))
-    if last is None or last[0] != k: st.last_step = (k, now)
-
-def median_step()->float:
-    "The median seconds per training step seen so far (`note_step`); 0 before any"
-    steps = rank_state().steps
-    return statistics.median(steps) if steps else 0.
-
+__all__ = ['straggler_steps', 'straggler_ratio', 'StepTimer', 'watch_stragglers']
 
 # %% ../../nbs/06a_runtime.stragglers.ipynb #a30e0301
 _STRAGGLER_STEPS = 200      # `DISTRIB_STRAGGLER_STEPS` by default: the steps a rank's time per step is averaged over
@@ -166,7 +150,7 @@ def _lead(dog, s:dict, rnd:int, named:int, now:float):
             s['shown'] = named
     timer = rank_state().timer
     if timer is None or timer.mean() is None: return
-    every = max(_STRAGGLER_EVERY, timer.steps * median_step())
+    every = max(_STRAGGLER_EVERY, timer.steps * dog.median_step())
     if now - s.get('started', -math.inf) < every: return
     s['started'] = now
     keys = _round_keys((rnd + 1) % _SLOTS)  # last used four rounds ago

@@ -8,10 +8,9 @@ import time, datetime, threading
 import torch.distributed as dist
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, traceback_collective,
                                     blame_text)
-from .procs import identity, proc_state
-from .position import rank_state, doing, position, describe, peer_verdict
+from .position import rank_state, doing, position, describe
 from .schema import JobStore
-from .liveness import INTERVAL, GRACE, EXIT_RECORD_WAIT, running, heartbeat_where, exits_recorded
+from .liveness import INTERVAL, GRACE, running, peers_gone
 
 # %% auto #0
 __all__ = ['wait_id', 'stuck_error', 'store_barrier', 'announce', 'wait_for', 'agree_cancel', 'explain_failure']
@@ -272,17 +271,11 @@ def explain_failure(e:BaseException,          # an exception this rank raised
             blame = info.blamed()
             return PeerFailedError(f"{op} failed on rank {w.rank}{at} because the job failed: {blame_text(blame)}",
                                    blame, op, caller)
-        hbs, ident = _peer_heartbeats([r for r in range(w.world_size) if r != w.rank]), identity()
+        hbs = _peer_heartbeats([r for r in range(w.world_size) if r != w.rank])
+        gone, record_wait = peers_gone(hbs)
     except Exception: return e  # no store to explain it with: the original error, unchanged, is raised
-    gone, quiet = {}, False
-    for r, hb in hbs.items():
-        proc = proc_state(hb, ident)
-        how = peer_verdict(hb, 0., {'group': st.group}, float('inf'), proc)
-        if how is None and proc == 'stopped': how = 'froze: its process is stopped (SIGSTOP or a debugger)'
-        if how is not None: gone[r] = {'how': how, 'where': heartbeat_where(hb)}
-        quiet = quiet or proc == 'gone' and hb.get('state') != 'exited'
-    if quiet and exits_recorded():  # a process gone without a goodbye: its launcher's record says how it ended
-        try: info = js.first_failure() if _wait_quietly(s, [js.failure_key(1)], EXIT_RECORD_WAIT) else None
+    if record_wait:  # a process gone without a goodbye: its launcher's record says how it ended
+        try: info = js.first_failure() if _wait_quietly(s, [js.failure_key(1)], record_wait) else None
         except Exception: info = None  # none came (another exit code: the launcher ends the job): the verdict below
         if info is not None and info.rank != w.rank:
             blame = info.blamed()

@@ -521,8 +521,8 @@ def queued():
     Rank 1 holds (a store key it waits for, with a timeout: never a hang) while rank 0's collective is queued; what
     each rank finds wrong is gathered and raised on every rank at the end of each part. Assertions marked CUDA need
     NCCL; on CPU a gloo `async_op=True` all-reduce, `mark_queued(done=work.is_completed)`, stands for NCCL's."""
-    from distrib.runtime.position import rank_state, doing, mark_queued
-    from distrib.runtime.liveness import running, heartbeat_where
+    from distrib.runtime.position import rank_state, doing, mark_queued, describe
+    from distrib.runtime.liveness import running
     from distrib.runtime.schema import JobStore
     assert W == 2, W
     if CUDA:   # torch's blocking wait makes `Work.wait()` block the host until the peers came: nothing is queued
@@ -576,7 +576,7 @@ def queued():
         h = until(lambda: says_queued(hb(0)))
         if h is None: errs.append(f"rank 0's heartbeat never said it waits in all_reduce_sum, queued: {hb(0)}")
         else:
-            where = heartbeat_where(h)
+            where = describe(h['pos'])
             if 'the collective all_reduce_sum, queued and not done (its main thread has gone on to its script' \
                not in where: errs.append(f'rank 0 is shown as {where!r}')
             if h['age'] < st.hold - 0.05: errs.append(f"shown queued {h['age']} s after it queued, before the hold")
