@@ -443,10 +443,8 @@ def _read_at_record(path:str)->dict|None:
         try:
             with open(path, 'rb') as f: data = f.read(JobStore.AT_RECORD_BYTES)
         except OSError: return None
-        if not data.strip(): return None
-        try: rec = json.loads(data)
+        try: return JobStore.decode_at_record(data)
         except ValueError: continue  # read in the middle of a rewrite: read again
-        return rec if isinstance(rec, dict) else None
     return None
 
 def copy_at_records(store,             # a client of the job's store, its keys unprefixed (the launcher's agent's)

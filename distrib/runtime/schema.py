@@ -70,6 +70,14 @@ def _encode_at_record(pos:dict, colls:int)->bytes:
         data = json.dumps({'pos': pos, 'colls': colls}).encode()[:_AT_RECORD_BYTES]
     return data.ljust(_AT_RECORD_BYTES)
 
+def _decode_at_record(data:bytes)->dict|None:
+    """The at-record `{'pos', 'colls'}` that `_encode_at_record` wrote as `data`; None for blank bytes (its rank
+    entered no distrib collective yet) or a JSON value that is not an object. Raises `ValueError` for bytes that are
+    not JSON (a record read in the middle of its rewrite: read it again)"""
+    if not data.strip(): return None
+    rec = json.loads(data)
+    return rec if isinstance(rec, dict) else None
+
 class JobStore:
     """The job's store as distrib's liveness uses it: every key and counter is spelled here, and every record is
     read and written here (heartbeats, stacks, failures, at-records, barriers, the straggler check's rounds). `store`
@@ -80,6 +88,7 @@ class JobStore:
     COUNTERS = (FAILURES, WAITING, STRAGGLER)  # the job's counters, which every watchdog tick reads
     WAITING_GEN, AT_RECORD_BYTES = _WAITING_GEN, _AT_RECORD_BYTES
     parse_heartbeat, encode_at_record = staticmethod(_parse_heartbeat), staticmethod(_encode_at_record)
+    decode_at_record = staticmethod(_decode_at_record)
     def __init__(self, store, restart_count:int|None=None):
         self.store, self.pre = store, '' if restart_count is None else f"{JobStore.prefix(restart_count)}/"
 
