@@ -453,7 +453,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
 
 # %% ../nbs/44_fastai.ipynb #83678d65
 @patch_to(Learner)
-def to_distributed(self:Learner, device=None, sync_bn:bool=False, comm_hook:str|None=None, comm_hook_state=None,
+def to_distributed(self:Learner, device=None, sync_bn:bool|None=None, comm_hook:str|None=None, comm_hook_state=None,
                    strategy:str='ddp', compile:bool|dict|None=None, **kwargs)->Learner:
     """Train fastai's Learner with DistributedDataParallel (`DistributedTrainer`, distrib's arguments) until
     `detach_distributed`. Raises `ValueError` for `strategy` other than 'ddp', `RuntimeError` if already attached or
@@ -471,7 +471,7 @@ def detach_distributed(self:Learner)->Learner:
     return dp.detach(self, ddp.DistributedTrainer)
 
 @patch_to(Learner)
-def distrib_ctx(self:Learner, device=None, sync_bn:bool=False, backend:str|None=None, timeout=None,
+def distrib_ctx(self:Learner, device=None, sync_bn:bool|None=None, backend:str|None=None, timeout=None,
                 comm_hook:str|None=None, comm_hook_state=None, strategy:str='ddp', compile:bool|dict|None=None,
                 stall_timeout:float|None=None, in_notebook:bool=False, **kwargs):
     """Context manager: distrib's `distrib_ctx` (`distrib.strategies.context`, same arguments) on fastai's Learner:

@@ -37,7 +37,7 @@ def _trainer_class(strategy:str)->type:
     module, name = _STRATEGIES[strategy]
     return getattr(importlib.import_module(module), name)
 
-def _trainer(strategy:str, device, sync_bn:bool, comm_hook, comm_hook_state, compile, kwargs:dict):
+def _trainer(strategy:str, device, sync_bn:bool|None, comm_hook, comm_hook_state, compile, kwargs:dict):
     """The trainer callback of `strategy` with its options (checked: `ValueError` for an unknown strategy or a DDP
     option given to another, `TypeError` for an unknown keyword)"""
     cls = _trainer_class(strategy)
@@ -50,7 +50,7 @@ def _trainer(strategy:str, device, sync_bn:bool, comm_hook, comm_hook_state, com
 _AGAIN = "This Learner is already distributed (distrib_ctx nested twice?): call detach_distributed() first"
 
 @patch
-def to_distributed(self:Learner, device=None, sync_bn:bool=False, comm_hook:str|None=None, comm_hook_state=None,
+def to_distributed(self:Learner, device=None, sync_bn:bool|None=None, comm_hook:str|None=None, comm_hook_state=None,
                    strategy:str='ddp', compile:bool|dict|None=None, **kwargs)->Learner:
     """Train with DistributedDataParallel (`strategy='ddp'`, see `DistributedTrainer` for the arguments) or with
     FSDP (`strategy='fsdp'`, see `distrib.strategies.fsdp.FSDPTrainer`) on this rank's `device` until
@@ -112,7 +112,7 @@ def _one_process(learn:Learner, device, compile:bool|dict|None)->list:
 @contextmanager
 def distrib_ctx(self:Learner,
                 device=None,            # this rank's device; default: its GPU (`rank_device`), else the model's
-                sync_bn:bool=False,     # BatchNorm -> SyncBatchNorm for the duration (CUDA only)
+                sync_bn:bool|None=None, # BatchNorm -> SyncBatchNorm (CUDA only); None: on CUDA, else not
                 backend:str|None=None,  # process-group backend if the group is created here; default: setup_distrib's
                 timeout:float|datetime.timedelta|None=None, # seconds a collective waits for peers; None: the group's
                 comm_hook:str|None=None, # 'fp16', 'bf16' or 'powersgd': a DDP communication hook; None: all-reduce

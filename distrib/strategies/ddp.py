@@ -4,7 +4,7 @@
 
 # %% ../../nbs/32_strategies.ddp.ipynb #d49afb5e
 from __future__ import annotations
-import inspect
+import inspect, warnings
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -116,6 +116,21 @@ def revert_sync_batchnorm(swapped:list):
     "Put back the BatchNorm modules `convert_sync_batchnorm` replaced; they hold the trained values (shared tensors)"
     for parent, name, child in reversed(swapped): setattr(parent, name, child)
 
+def _sync_bn(sync_bn:bool|None, model:nn.Module, device:torch.device)->bool:
+    """Whether to convert `model`'s BatchNorm layers to SyncBatchNorm on `device`: `sync_bn` if given (True off CUDA:
+    `ValueError`, torch's SyncBatchNorm runs on CUDA only); None: on CUDA, as fastai.distributed's default; elsewhere
+    not, with a `UserWarning` on rank 0 when `model` has BatchNorm layers (their statistics are then each rank's)"""
+    if sync_bn and device.type != 'cuda':
+        raise ValueError(f"sync_bn=True needs CUDA (torch's SyncBatchNorm does not run on {device.type}): "
+                         "pass sync_bn=False")
+    if sync_bn is not None or device.type == 'cuda': return sync_bn is not False
+    n = sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    if n and current_world().rank == 0:
+        warnings.warn(f"{n} BatchNorm layer(s) normalise with each rank's own batch statistics on {device.type} "
+                      "(torch's SyncBatchNorm needs CUDA): training is not one process's with the global batch; "
+                      "sync_bn=False keeps them without this warning")
+    return False
+
 def _shard_loader(dl, i:int, world:World):
     """What rank `world.rank` reads in place of loader `dl` (`dls[i]`, the training loader for `i == 0`): `dl`
     itself if it is a `DistributedDL`; over an `IterableDataset` (which shards itself), `IterableShards(dl)`, with
@@ -135,8 +150,11 @@ class DistributedTrainer(Callback):
         device (torch.device|str|int, optional): device of this rank; an int means `cuda:<int>`, `'cuda'` this
             rank's GPU. Default: `cuda:<local rank % visible GPUs>` when CUDA is available (`rank_device`; the model
             is moved there with its optimizer's state, and stays there after detach), else the model's device.
-        sync_bn (bool): convert BatchNorm layers to `nn.SyncBatchNorm` (batch statistics over the global batch)
-            while attached, and back on detach. CUDA only, as torch's SyncBatchNorm. Default False.
+        sync_bn (bool, optional): True: convert BatchNorm layers to `nn.SyncBatchNorm` (batch statistics over the
+            global batch) while attached, and back on detach; CUDA only, as torch's SyncBatchNorm. False: each rank
+            normalises with its own batch's statistics (rank 0's running statistics go to every rank after each
+            training pass). Default None: True on CUDA (fastai.distributed's default), else False, with a warning on
+            rank 0 when the model has BatchNorm layers (its training is then not one process's with the global batch).
         comm_hook (str, optional): `'fp16'`, `'bf16'` or `'powersgd'`: a DDP communication hook of
             `torch.distributed.algorithms.ddp_comm_hooks`. Default None: DDP's all-reduce.
         comm_hook_state (optional): the hook's state. Default: the default process group for `'fp16'`/`'bf16'`,
@@ -152,7 +170,7 @@ class DistributedTrainer(Callback):
     without a process group (launch the script with `python -m distrib.launch`), `ValueError` for `sync_bn=True`
     on a device other than CUDA and for a `bucket_cap_mb` below 1 MiB with compile (`check_ddp_buckets`)."""
     order = 11
-    def __init__(self, device=None, sync_bn:bool=False, comm_hook:str|None=None, comm_hook_state=None,
+    def __init__(self, device=None, sync_bn:bool|None=None, comm_hook:str|None=None, comm_hook_state=None,
                  compile:bool|dict|None=None, **ddp_kwargs):
         _check_comm_hook(comm_hook)
         _check_ddp_kwargs(ddp_kwargs)
@@ -204,12 +222,10 @@ class DistributedTrainer(Callback):
 
     def _wrap_model(self, model:nn.Module, device:torch.device, compile_opts:dict|None)->nn.Module:
         "`model` on `device`, in a `DistributedModule` with its communication hook (and SyncBatchNorm)"
-        if self.sync_bn and device.type != 'cuda':
-            raise ValueError(f"sync_bn=True needs CUDA (torch's SyncBatchNorm does not run on {device.type}): "
-                             "pass sync_bn=False")
+        sync = _sync_bn(self.sync_bn, model, device)
         if compile_opts is not None: check_ddp_buckets(self.ddp_kwargs.get('bucket_cap_mb'))
         move_model(model, self.learn.opt, device)  # the optimizer's state too: a Learner that trained before
-        if self.sync_bn: self.swapped = convert_sync_batchnorm(model)
+        if sync: self.swapped = convert_sync_batchnorm(model)
         device_ids = [device.index] if device.type == 'cuda' and device.index is not None else None
         check_models(model)  # before DDP: its broadcast of different dtypes would abort the process
         with doing('collective', "DistributedDataParallel's construction", device=device):

@@ -2,7 +2,7 @@
 Run: python -m distrib.launch --nproc_per_node W tests/scripts/exactness.py <tmp dir> (files go to <tmp dir>/w<W>)
 Each check computes the single-process reference in the same worker; rank 0 prints one `EXACT {json}` line with
 the largest differences measured; any violated property raises (non-zero exit)."""
-import json, sys
+import json, sys, warnings
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -56,12 +56,21 @@ for n_valid in sorted({4*W, 4*W + 1, max(W - 1, 1), 1}):
     dls = DataLoaders(DataLoader(TensorDataset(xt, yt), batch_size=4, shuffle=True),
                       DataLoader(TensorDataset(xv, yv), batch_size=3))
     learn = Learner(dls, model, F.cross_entropy, lr=1e-2, metrics=[accuracy, AccumMetric(n_preds, flatten=False), AccumMetric(median_err, flatten=False)])
-    with learn.distrib_ctx():
-        learn.fit(2)
-        vals = learn.validate()
-        preds, targs = learn.get_preds()
-        # buffers and parameters identical on every rank
-        same_on_all_ranks({k: v.tolist() for k, v in unwrap_model(learn.model).state_dict().items()}, 'state dict')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        with learn.distrib_ctx(sync_bn=False): pass   # per-rank statistics asked for: no warning
+        asked = [str(w.message) for w in caught if 'BatchNorm' in str(w.message)]
+        with learn.distrib_ctx():   # sync_bn=None on CPU: per-rank statistics, and rank 0 says so
+            learn.fit(2)
+            vals = learn.validate()
+            preds, targs = learn.get_preds()
+            # buffers and parameters identical on every rank
+            same_on_all_ranks({k: v.tolist() for k, v in unwrap_model(learn.model).state_dict().items()}, 'state dict')
+    bn_warned = [str(w.message) for w in caught if 'BatchNorm' in str(w.message)]
+    assert not asked, f"rank {rank}: sync_bn=False warned {asked}"
+    on_cpu = not torch.cuda.is_available()   # on CUDA, sync_bn=None converts to SyncBatchNorm: no warning
+    assert len(bn_warned) == (on_cpu and rank == 0), f"rank {rank}: BatchNorm warnings {bn_warned}"
+    assert not bn_warned or bn_warned[0].startswith('1 BatchNorm layer(s)'), bn_warned
     model.eval()
     with torch.no_grad(): ref_preds = model(xv)
     ref = [F.cross_entropy(ref_preds, yv).item(), accuracy(ref_preds, yv).item(), n_valid, median_err(ref_preds, yv).item()]
