@@ -31,9 +31,9 @@ def diff(a, b)->float:
     assert a.shape == b.shape, (a.shape, b.shape)
     return (a - b).abs().max().item() if a.numel() else 0.
 
-def compare(name:str, ours:dict, nproc:int)->dict:
-    "Case `name` of the job against fastai alone with the global batch: the largest differences"
-    ref = job.run_case(name, job.B*nproc)
+def compare(name:str, ours:dict, nproc:int, ref:dict|None=None)->dict:
+    "Case `name` of the job against fastai alone with the global batch (or `ref`): the largest differences"
+    ref = job.run_case(name, job.B*nproc) if ref is None else ref
     d = {'weights': diff(ours['weights'], ref['weights']), 'values': diff(ours['values'], ref['values'])}
     if 'preds' in ref:
         d.update(preds=diff(ours['preds'], ref['preds']), losses=diff(ours['losses'], ref['losses']),
@@ -69,7 +69,7 @@ def test_items_alike_over_ranks(name, tmp_path_factory):
 
 def test_lr_find(tmp_path_factory):
     "lr_find's curve and suggestion as one process's; every rank has the weights put back"
-    ours, ref = ran(2, ('lr_find', 'mixup', 'save'), tmp_path_factory)['lr_find'], job.run_case('lr_find', 2*job.B)
+    ours, ref = ran(2, ('lr_find', 'save'), tmp_path_factory)['lr_find'], job.run_case('lr_find', 2*job.B)
     rel = abs(ours['valley'] - ref['valley'])/ref['valley']
     print(f"\nlr_find: valley rel {rel:.1e}, losses {diff(ours['losses'], ref['losses']):.1e}, "
           f"weights {diff(ours['weights'], ref['weights']):.1e}")
@@ -80,18 +80,47 @@ def test_save_and_export_once_on_rank0(tmp_path_factory):
     """SaveModelCallback, learn.save and learn.export under distrib_ctx: the files once (no temporary left), and the
     export is the plain Learner, which load_learner opens in this process (no process group) with the trained weights"""
     from fastai.learner import load_learner
-    ours = ran(2, ('lr_find', 'mixup', 'save'), tmp_path_factory)['save']
+    ours = ran(2, ('lr_find', 'save'), tmp_path_factory)['save']
     assert ours['files'] == ['export.pkl', 'models', 'models/final.pth', 'models/model.pth'], ours['files']
     learn = load_learner(ours['export'])
     assert type(learn.model) is torch.nn.Sequential
     w = torch.cat([p.detach().flatten() for p in learn.model.parameters()]).tolist()
     assert diff(w, ours['weights']) == 0
 
-def test_mixup_runs_in_step(tmp_path_factory):
-    """MixUp trains, the ranks in step; each rank mixes within its own batch, so it is not one process's MixUp with
-    the global batch (its pairs cross ranks): only finite and in step is asserted"""
-    ours = ran(2, ('lr_find', 'mixup', 'save'), tmp_path_factory)['mixup']
-    assert ours['rank_spread'] == 0 and all(map(lambda v: v == v, ours['weights']))
+MIX = ('mixup', 'cutmix')
+
+def mix_x_diff(ours:dict, ref:dict, nproc:int)->float:
+    """The largest difference between each rank's mixed inputs (`ours['mix_x']`, by rank) and one process's global
+    mix at that rank's positions i*W + r, at the recorded steps"""
+    d = 0.
+    for step, glob in ref['mix_x'][0].items():
+        for r in range(nproc):
+            d = max(d, diff(ours['mix_x'][r][step], torch.tensor(glob)[r::nproc].tolist()))
+    return d
+
+@pytest.mark.parametrize('nproc', [2, 3])
+@pytest.mark.parametrize('name', MIX)
+def test_mix_as_one_process(name, nproc, tmp_path_factory):
+    """fastai's MixUp and CutMix (fit_one_cycle): W ranks x B train and report as the same script under distrib_ctx
+    in one process with W*B, distrib.fastai's draws pairing items across ranks: each rank's mixed inputs are the
+    global mix at its positions (its partners exchanged right), and the weights and recorder values follow"""
+    import distrib.fastai  # noqa: the reference is the same case under distrib_ctx in one process (distrib's draws)
+    ours = ran(nproc, MIX, tmp_path_factory)[name]
+    ref = job.run_case(name, job.B*nproc)
+    ref['mix_x'] = [ref['mix_x']]
+    assert sorted(ref['mix_x'][0]) == sorted(ours['mix_x'][0]) == ['0', '1', '5', '7']
+    dx = mix_x_diff(ours, ref, nproc)
+    d = compare(name, ours, nproc, ref)
+    print(f"mixed inputs {dx:.1e}")
+    assert dx == 0, dx
+    assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
+
+def test_mix_differs_from_per_rank_mixing(tmp_path_factory):
+    """The check above can fail: 2 ranks' MixUp differs from one process's when each rank mixes within its own batch,
+    as fastai's MixUp does on each rank (here: the one-process mix of each rank's batch alone)"""
+    import distrib.fastai  # noqa
+    ours, alone = ran(2, MIX, tmp_path_factory)['mixup'], job.run_case('mixup', job.B)   # one rank's batch of B
+    assert mix_x_diff(ours, {'mix_x': [alone['mix_x']]}, 1) > 1e-2
 
 @pytest.mark.parametrize('nproc', [2, 3])
 def test_cancel_on_one_rank_ends_the_job(nproc):
