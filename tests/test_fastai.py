@@ -170,18 +170,21 @@ def test_notebook_launch():
     d = compare('one_cycle', ours, 2)
     assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
 
+def run_ckpt(tmp_path, nproc:int, bs:int, case:str, d, mix:bool=False)->dict:
+    "Case `case` (`ckpt_stop`, `ckpt_resume`) on `nproc` x `bs`, its checkpoints in `d`, with MixUp if `mix`"
+    out = tmp_path/f'{case}-{nproc}.json'
+    env = {'FASTAI_JOB_BS': str(bs), 'FASTAI_JOB_CKPT': str(d), **({'FASTAI_JOB_MIX': '1'} if mix else {})}
+    r = launch(SCRIPTS/'fastai_job.py', out, case, nproc=nproc, timeout=240, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    return json.loads(out.read_text())[case]
+
 def test_checkpoint_resumes_mid_epoch(tmp_path):
     """distrib's Checkpoint on fastai's Learner: fit_one_cycle on 2 processes x 6, stopped by SIGUSR1 on rank 1 alone
     in the middle of epoch 1 (every rank stops at the same step, with a checkpoint, `Preempted`), then the same line
     resumed on 2 processes x 6, on 3 x 4 and on 1 x 12 (the global batch kept): each ends as fastai alone in one
     process with 12, uninterrupted (weights <= 1e-5, recorder values, validate, get_preds <= 1e-6)"""
     import shutil
-    def run(nproc, bs, case, d):
-        out = tmp_path/f'{case}-{nproc}.json'
-        r = launch(SCRIPTS/'fastai_job.py', out, case, nproc=nproc, timeout=240,
-                   env={'FASTAI_JOB_BS': str(bs), 'FASTAI_JOB_CKPT': str(d)})
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-        return json.loads(out.read_text())[case]
+    def run(nproc, bs, case, d): return run_ckpt(tmp_path, nproc, bs, case, d)
     stop = run(2, 6, 'ckpt_stop', tmp_path/'stop')['preempted']
     print(f"\nstopped: {stop}")
     assert stop['code'] == 128 + 10 and stop['epoch'] == 1 and 0 < stop['batch'] < stop['n_iter'] == 8, stop
@@ -201,3 +204,17 @@ def test_distributed_dl_named():
     from distrib.fastai import DistributedDL
     with pytest.raises(NotImplementedError, match=r'learn.distrib_ctx\(\) shards .* ShardedDL\(dl, rank, world_size\)'):
         DistributedDL(job.data(8).train, rank=0, world_size=2)
+
+def test_checkpoint_resumes_mixup_on_another_world(tmp_path):
+    """fit_one_cycle with fastai's MixUp and distrib's Checkpoint on 2 processes x 6, stopped mid-epoch, resumed on
+    3 x 4: MixUp's draws go on from fastai's restored `train_iter`, and the fit ends as the same script under
+    distrib_ctx in one process with 12, uninterrupted"""
+    import shutil, distrib.fastai  # noqa: the reference is under distrib_ctx in one process (distrib's draws)
+    stop = run_ckpt(tmp_path, 2, 6, 'ckpt_stop', tmp_path/'stop', mix=True)['preempted']
+    assert stop['epoch'] == 1 and 0 < stop['batch'] < stop['n_iter'], stop
+    shutil.copytree(tmp_path/'stop', tmp_path/'resume')
+    ours, ref = run_ckpt(tmp_path, 3, 4, 'ckpt_resume', tmp_path/'resume', mix=True), job.run_case('mixup', 12)
+    diffs = {k: diff(ours[k], ref[k]) for k in ('weights', 'values', 'preds', 'losses', 'validate')}
+    print(f"\nMixUp, stopped on 2 x 6, resumed on 3 x 4: " + ', '.join(f"{k} {v:.1e}" for k, v in diffs.items()))
+    assert ours['resumed_from'] is not None and ours['rank_spread'] == 0
+    assert diffs['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in diffs.items() if k != 'weights'), diffs
