@@ -428,12 +428,11 @@ def _exchange_rows(send:list, src:int, dst:int)->list:
     dev = send[0].device if group_backend(send[0].device.type) is not None else comm_device()
     mine = _header(send)
     theirs = torch.empty_like(mine, device=dev)
-    rank = current_world().rank
     with doing('collective', _EXCHANGE, device=dev):
         _p2p([mine.to(dev)], dst, [theirs], src)
         if not torch.equal(theirs.cpu(), mine):
             raise ValueError(f"MixUp/CutMix under distrib_ctx: rank {src}'s batch differs in shape or dtype from rank "
-                             f"{rank}'s ({[(tuple(t.shape), t.dtype) for t in send]}): every rank's batch needs the "
+                             f"{current_world().rank}'s ({[(tuple(t.shape), t.dtype) for t in send]}): every rank's batch needs the "
                              f"same shapes to mix items across ranks, as one process's batch has")
         out = [torch.empty_like(t, device=dev) for t in send]
         full = [i for i, t in enumerate(send) if t.numel()]

@@ -122,6 +122,14 @@ def test_mix_differs_from_per_rank_mixing(tmp_path_factory):
     ours, alone = ran(2, MIX, tmp_path_factory)['mixup'], job.run_case('mixup', job.B)   # one rank's batch of B
     assert mix_x_diff(ours, {'mix_x': [alone['mix_x']]}, 1) > 1e-2
 
+def test_mix_shapes_differ_ends_the_job():
+    """MixUp under distrib_ctx with rank 1's batch of another shape than rank 0's: the exchange's header says so, and
+    the job ends with a ValueError naming both ranks (gloo would abort on a receive of another size; NCCL would wait)"""
+    r = launch(SCRIPTS/'fastai_job.py', '/dev/null', 'mix_shapes', nproc=2, timeout=180)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and re.search(r"rank [01]'s batch differs in shape or dtype from rank [01]'s", out), \
+        out[-4000:]
+
 @pytest.mark.parametrize('nproc', [2, 3])
 def test_cancel_on_one_rank_ends_the_job(nproc):
     "CancelFitException on rank 1 alone: the job ends within 30 s, naming rank 1; never a hang"

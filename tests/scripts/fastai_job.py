@@ -3,6 +3,7 @@ runs each case on W processes with a per-rank batch of `B` and rank 0 writes wha
 tests/test_fastai.py runs the same cases with fastai alone, in one process, with the global batch W*B, and compares.
 `mixup` and `cutmix` (fastai's MixUp and CutMix, which distrib.fastai makes draw by its rule: the reference is then
 the same case under distrib_ctx in one process; rank 0 writes every rank's mixed inputs at a few steps),
+`mix_shapes` (rank 1's batch wider at MixUp: the exchange raises),
 `cancel_one` (rank 1 alone raises CancelFitException), `cancel_all` and `nan_one` (a NaN loss on rank 1 alone, under
 fastai's TerminateOnNaNCallback) are cases too; `ckpt_stop` (fit_one_cycle
 with distrib's Checkpoint, stopped by SIGUSR1 on rank 1 in the middle of epoch 1) and `ckpt_resume` (the same line,
@@ -100,6 +101,15 @@ class RecordX(Callback):
     def before_batch(self):
         if self.training and self.train_iter in self.steps: self.seen[self.train_iter] = self.xb[0].tolist()
 
+class WidenOn(Callback):
+    """On rank `rank`, one column more in the inputs while MixUp (order 0) mixes them (`order=-1` widens, `order=1`
+    narrows again): that rank's batch differs in shape from the others' at the exchange"""
+    def __init__(self, rank, order): self.rank, self.order = rank, order
+    def before_batch(self):
+        if _rank() != self.rank: return
+        x = self.xb[0]
+        self.learn.xb = (torch.cat([x, x[:, :1]], 1) if self.order < 0 else x[:, :N_IN],)
+
 def checkpointed(learn, name:str, out:dict):
     """fit_one_cycle with distrib's Checkpoint (`ckpt_stop`: SIGUSR1 on rank 1 after batch 1 of epoch 1 stops every
     rank with a checkpoint, `Preempted`; `ckpt_resume`: resumes from it); returns False when the fit was stopped"""
@@ -160,6 +170,8 @@ def run_case(name:str, bs:int)->dict:
             if not checkpointed(learn, name, out):
                 out['weights'] = torch.cat([p.detach().float().flatten() for p in learn.model.parameters()]).tolist()
                 return out
+        elif name == 'mix_shapes':   # rank 1's batch one column wider at MixUp: its exchange refuses it
+            learn.fit(1, 1e-2, cbs=[WidenOn(1, -1), MixUp(0.4), WidenOn(1, 1)])
         elif name in ('cancel_one', 'cancel_all'):
             learn.fit(2, 1e-2, cbs=CancelOn(1 if name == 'cancel_one' else None))
         elif name == 'nan_one':   # a NaN loss on rank 1 alone: fastai's TerminateOnNaNCallback cancels there only
