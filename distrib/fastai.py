@@ -351,6 +351,7 @@ from fastai.callback.mixup import MixUp, CutMix, MixHandler
 from .runtime.group import group_backend
 
 _GAMMA, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB   # SplitMix64's constants
+_MASK = 2**64 - 1
 _MIXUP, _PAIRS, _CUTMIX = 1, 2, 3   # the streams of draws, told apart in the key
 
 def _mix64(z:np.ndarray)->np.ndarray:
@@ -359,15 +360,26 @@ def _mix64(z:np.ndarray)->np.ndarray:
     z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
     return z ^ (z >> np.uint64(31))
 
+def _mix64_int(z:int)->int:
+    "`_mix64` on one Python int in [0, 2**64) (a few draws: NumPy's per-call cost is the larger)"
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
+    return z ^ (z >> 31)
+
+def _mix_key(seed:int, step:int, stream:int)->int:
+    "The state of the SplitMix64 generator of `(seed, step, stream)`: a hash of the three"
+    k = 0
+    for w in (seed, step, stream): k = _mix64_int(((k ^ (w & _MASK)) + _GAMMA) & _MASK)
+    return k
+
 def _mix_bits(seed:int, step:int, stream:int, counters)->np.ndarray:
     """64 random bits (uint64, the shape of `counters`) for each of `counters` (ints >= 0), a pure function of
     `(seed, step, stream, counter)`: output `counter` of a SplitMix64 generator (Steele, Lea, Flood, "Fast splittable
-    pseudorandom number generators", OOPSLA 2014) whose state is a hash of `(seed, step, stream)`, computed directly
-    (a counter-based generator, as Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): a rank
-    draws the counters of its own items only, and any number of ranks draw what one process draws."""
-    k = np.zeros(1, dtype=np.uint64)
-    for w in (seed, step, stream): k = _mix64((k ^ np.uint64(w % 2**64)) + np.uint64(_GAMMA))
-    return _mix64(k + (np.asarray(counters, dtype=np.uint64) + np.uint64(1)) * np.uint64(_GAMMA))
+    pseudorandom number generators", OOPSLA 2014) whose state is a hash of `(seed, step, stream)` (`_mix_key`),
+    computed directly (a counter-based generator, as Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC
+    2011): a rank draws the counters of its own items only, and any number of ranks draw what one process draws."""
+    c = np.asarray(counters, dtype=np.uint64)
+    return _mix64(np.uint64(_mix_key(seed, step, stream)) + (c + np.uint64(1)) * np.uint64(_GAMMA))
 
 def _mix_uniforms(seed:int, step:int, stream:int, counters)->np.ndarray:
     "Uniforms on [0, 1) (float64, 53 random bits each, the shape of `counters`) from `_mix_bits`"
@@ -380,9 +392,11 @@ def _mix_pairing(seed:int, step:int, n:int)->tuple:
     on average, under 6 for any n < 10**9), so each position's partner is uniform on the batch. Raises `ValueError`
     for `n` < 1."""
     if n < 1: raise ValueError(f"_mix_pairing: a global batch of {n} items; it needs at least one")
-    s = int(_mix_bits(seed, step, _PAIRS, [0])[0]) % n
+    k = _mix_key(seed, step, _PAIRS)
+    def bits(c:int)->int: return _mix64_int((k + (c + 1)*_GAMMA) & _MASK)   # `_mix_bits`, one counter in Python
+    s = bits(0) % n
     for c in range(1, 10_000):
-        a = int(_mix_bits(seed, step, _PAIRS, [c])[0]) % n
+        a = bits(c) % n
         if math.gcd(a, n) == 1: return a, s
     return 1, s   # never in practice: no unit among 10**4 draws has probability < 0.83**10**4 for n < 10**9
 
