@@ -31,7 +31,8 @@ with learn.distrib_ctx():
         for k, cbs in zip(times, (None, MixUp(.4), LocalMixUp(.4))):
             t0 = time.perf_counter(); learn.fit(6, 1e-2, cbs=cbs)
             times[k].append((time.perf_counter() - t0) * 1000 / (6 * n))
-    for k, v in times.items(): rank or print(f"{{k}}: {{statistics.median(v):.2f}} ms per step (fit, validation included)")
+    for k, v in times.items():
+        rank or print(f"{{k}}: {{statistics.median(v):.2f}} ms per step (fit, validation included)")
     # the draws alone, per step: B weights and the pairing (a few draws)
     B, t = job.B, []
     for s in range(2000):
@@ -39,7 +40,8 @@ with learn.distrib_ctx():
         df._beta_lams(.4, .4, 0, s, np.arange(B)*2 + rank); df._mix_pairing(0, s, 2*B)
         t.append(time.perf_counter() - t0)
     rank or print(f"draws (B={{B}} weights, the pairing): {{statistics.median(t)*1e6:.0f}} us per step")
-    for name, shape in (('a batch of 8 x 8 floats and 8 targets', (8, 8)), ('64 images of 3 x 32 x 32 and 64 targets', (64, 3, 32, 32))):
+    for name, shape in (('a batch of 8 x 8 floats and 8 targets', (8, 8)),
+                        ('64 images of 3 x 32 x 32 and 64 targets', (64, 3, 32, 32))):
         x, y = torch.randn(*shape), torch.zeros(shape[0], dtype=torch.long)
         t = []
         for s in range(300):

@@ -445,9 +445,10 @@ def _exchange_rows(send:list, src:int, dst:int)->list:
     with doing('collective', _EXCHANGE, device=dev):
         _p2p([mine.to(dev)], dst, [theirs], src)
         if not torch.equal(theirs.cpu(), mine):
+            shapes = [(tuple(t.shape), t.dtype) for t in send]
             raise ValueError(f"MixUp/CutMix under distrib_ctx: rank {src}'s batch differs in shape or dtype from rank "
-                             f"{current_world().rank}'s ({[(tuple(t.shape), t.dtype) for t in send]}): every rank's batch needs the "
-                             f"same shapes to mix items across ranks, as one process's batch has")
+                             f"{current_world().rank}'s ({shapes}): every rank's batch needs the same shapes to mix "
+                             "items across ranks, as one process's batch has")
         out = [torch.empty_like(t, device=dev) for t in send]
         full = [i for i, t in enumerate(send) if t.numel()]
         _p2p([send[i].to(dev).contiguous() for i in full], dst, [out[i] for i in full], src)

@@ -42,7 +42,7 @@ def get_y_img(i): return Y_IMG[i]
 
 def data(bs:int, ignore:bool=False, image:bool=False):
     """fastai DataLoaders of a fixed synthetic 3-class problem: the training loader in order, with drop_last;
-    `ignore`: some targets are -100 (ignored by the loss, as a language model's padding); `image`: inputs of 2 x 5 x 6"""
+    `ignore`: some targets are -100 (ignored by the loss, as a language model's padding); `image`: 2 x 5 x 6 inputs"""
     x, y = (get_x_img, get_y_img) if image else (get_x, get_y_ign if ignore else get_y)
     dss = [Datasets(list(range(a, b)), tfms=[[x], [y]]) for a, b in ((0, N_TRAIN), (N_TRAIN, N_TRAIN + N_VALID))]
     kw = dict(shuffle=False, num_workers=0)   # fastai's default forks a worker per CPU at each pass: 0.7 s per epoch
