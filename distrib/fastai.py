@@ -800,7 +800,8 @@ def start_at(self:Learner, epoch:int):
 
 @patch_to(Learner)
 def loop_state(self:Learner)->dict:
-    """The loop protocol's: fastai's schedule position (`train_iter`, `pct_train`) and its `Recorder`'s records.
+    """The loop protocol's: fastai's schedule position (`train_iter`, `pct_train`), its `Recorder`'s records, and the
+    state of the `GradScaler` of fastai's `MixedPrecision` (`learn.scaler`, while it is enabled: float16 on CUDA).
     Raises `ValueError` in a training pass with `Recorder(train_metrics=True)` (its running metrics are per rank)."""
     rec = getattr(self, 'recorder', None)
     if rec is not None and rec.train_metrics and getattr(self, 'training', False):
@@ -808,6 +809,8 @@ def loop_state(self:Learner)->dict:
                          "in the middle of an epoch: write checkpoints at the end of epochs only (every_n_steps=None), "
                          "or train without train_metrics")
     state = dict(train_iter=int(self.train_iter), pct_train=float(self.pct_train))
+    scaler = getattr(self, 'scaler', None)   # the same on every rank: DDP's gradients, so its overflow checks, are
+    if scaler is not None and scaler.is_enabled(): state['scaler'] = scaler.state_dict()
     if rec is not None:
         sm = rec.smooth_loss
         state['recorder'] = dict(lrs=_plain(rec.lrs), iters=_plain(rec.iters), losses=_plain(rec.losses),
@@ -816,8 +819,11 @@ def loop_state(self:Learner)->dict:
 
 @patch_to(Learner)
 def load_loop_state(self:Learner, state:dict):
-    "The loop protocol's: put back what `loop_state` returned, at the resumed fit's first training pass"
+    """The loop protocol's: put back what `loop_state` returned, at the resumed fit's first training pass (after
+    fastai's `MixedPrecision.before_fit` made its `GradScaler`: its loss scale and growth count go on)"""
     self.train_iter, self.pct_train = state['train_iter'], state['pct_train']
+    scaler = getattr(self, 'scaler', None)
+    if 'scaler' in state and scaler is not None and scaler.is_enabled(): scaler.load_state_dict(state['scaler'])
     rec, r = getattr(self, 'recorder', None), state.get('recorder')
     if rec is None or r is None: return
     rec.lrs, rec.iters, rec.losses = list(r['lrs']), list(r['iters']), list(r['losses'])

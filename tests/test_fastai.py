@@ -178,10 +178,12 @@ def test_notebook_launch():
     d = compare('one_cycle', ours, 2)
     assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
 
-def run_ckpt(tmp_path, nproc:int, bs:int, case:str, d, mix:bool=False)->dict:
-    "Case `case` (`ckpt_stop`, `ckpt_resume`) on `nproc` x `bs`, its checkpoints in `d`, with MixUp if `mix`"
+def run_ckpt(tmp_path, nproc:int, bs:int, case:str, d, mix:bool=False, fp16:bool=False)->dict:
+    """Case `case` (`ckpt_stop`, `ckpt_resume`) on `nproc` x `bs`, its checkpoints in `d`, with MixUp if `mix`, with
+    fastai's MixedPrecision and a GradScaler on the CPU if `fp16`"""
     out = tmp_path/f'{case}-{nproc}.json'
-    env = {'FASTAI_JOB_BS': str(bs), 'FASTAI_JOB_CKPT': str(d), **({'FASTAI_JOB_MIX': '1'} if mix else {})}
+    env = {'FASTAI_JOB_BS': str(bs), 'FASTAI_JOB_CKPT': str(d), **({'FASTAI_JOB_MIX': '1'} if mix else {}),
+           **({'FASTAI_JOB_FP16': '1'} if fp16 else {})}
     r = launch(SCRIPTS/'fastai_job.py', out, case, nproc=nproc, timeout=240, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     return json.loads(out.read_text())[case]
@@ -226,3 +228,19 @@ def test_checkpoint_resumes_mixup_on_another_world(tmp_path):
     print(f"\nMixUp, stopped on 2 x 6, resumed on 3 x 4: " + ', '.join(f"{k} {v:.1e}" for k, v in diffs.items()))
     assert ours['resumed_from'] is not None and ours['rank_spread'] == 0
     assert diffs['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in diffs.items() if k != 'weights'), diffs
+
+def test_checkpoint_resumes_grad_scaler(tmp_path):
+    """fastai's MixedPrecision with distrib's Checkpoint: its GradScaler's loss scale and growth count are saved and
+    go on in the resumed fit (on 3 x 4 after a stop on 2 x 6). On the CPU, fastai's scaler (CUDA's) is disabled: the
+    job puts an enabled CPU GradScaler in its place, growing every 3 steps, so the 16 steps of fit_one_cycle(2) end
+    at 2**(10 + 16 // 3) with a growth count of 16 % 3, as the uninterrupted fit does (a fresh scaler at the resume
+    would end at 2**11). The weights are fit_one_cycle's: the scale is a power of 2, unscaled exactly."""
+    import shutil
+    stop = run_ckpt(tmp_path, 2, 6, 'ckpt_stop', tmp_path/'stop', fp16=True)['preempted']
+    assert stop['epoch'] == 1 and 0 < stop['batch'] < stop['n_iter'], stop
+    shutil.copytree(tmp_path/'stop', tmp_path/'resume')
+    ours = run_ckpt(tmp_path, 3, 4, 'ckpt_resume', tmp_path/'resume', fp16=True)
+    print(f"\nGradScaler after the resumed fit: {ours['scaler']}")
+    assert ours['resumed_from'] is not None and ours['rank_spread'] == 0
+    assert ours['scaler']['scale'] == 2.**(10 + 16 // 3) and ours['scaler']['_growth_tracker'] == 16 % 3, ours['scaler']
+    assert diff(ours['weights'], job.run_case('one_cycle', 12)['weights']) <= 1e-5

@@ -8,7 +8,8 @@ the same case under distrib_ctx in one process; rank 0 writes every rank's mixed
 fastai's TerminateOnNaNCallback) are cases too; `ckpt_stop` (fit_one_cycle
 with distrib's Checkpoint, stopped by SIGUSR1 on rank 1 in the middle of epoch 1) and `ckpt_resume` (the same line,
 resumed) write and read the checkpoints in $FASTAI_JOB_CKPT, with a per-rank batch of $FASTAI_JOB_BS (default B),
-and fastai's MixUp when $FASTAI_JOB_MIX is set (its reference is then `mixup`).
+and fastai's MixUp when $FASTAI_JOB_MIX is set (its reference is then `mixup`), fastai's MixedPrecision (`to_fp16`)
+with an enabled GradScaler on the CPU when $FASTAI_JOB_FP16 is set.
 Imported by the test for `run_case`, with fastai and no distrib context."""
 import json, sys, time
 from functools import partial
@@ -110,6 +111,18 @@ class WidenOn(Callback):
         x = self.xb[0]
         self.learn.xb = (torch.cat([x, x[:, :1]], 1) if self.order < 0 else x[:, :N_IN],)
 
+class CpuScaler(Callback):
+    """fastai's `MixedPrecision` makes a CUDA `GradScaler`, disabled on a machine without CUDA: at the first training
+    pass of a fit (before `Checkpoint` restores the loop's state there) this puts an enabled CPU one in its place, its
+    scale growing every 3 steps, and keeps its last state at `after_fit` (before `MixedPrecision` drops it)"""
+    order = 9
+    def __init__(self, out): self.out, self.done = out, False
+    def before_fit(self): self.done = False
+    def before_train(self):
+        if not self.done: self.learn.scaler = torch.amp.GradScaler('cpu', init_scale=2.**10, growth_interval=3)
+        self.done = True
+    def after_fit(self): self.out['scaler'] = self.learn.scaler.state_dict()
+
 def checkpointed(learn, name:str, out:dict):
     """fit_one_cycle with distrib's Checkpoint (`ckpt_stop`: SIGUSR1 on rank 1 after batch 1 of epoch 1 stops every
     rank with a checkpoint, `Preempted`; `ckpt_resume`: resumes from it); returns False when the fit was stopped"""
@@ -121,6 +134,7 @@ def checkpointed(learn, name:str, out:dict):
     ck = Checkpoint(signals=('SIGTERM', 'SIGUSR1'), keep_last=None)
     cbs = [ck] + ([SignalAt(signal.SIGUSR1, 1, 1, 1)] if name == 'ckpt_stop' else [])
     if os.environ.get('FASTAI_JOB_MIX'): cbs.append(MixUp(0.4))
+    if os.environ.get('FASTAI_JOB_FP16'): learn.to_fp16(); cbs.append(CpuScaler(out))
     try: learn.fit_one_cycle(2, 1e-2, cbs=cbs)
     except Preempted as e:
         s = torch.load(e.file, weights_only=True)
