@@ -4,7 +4,8 @@ of a batch with one rank per step), on CPU, 2 processes, gloo: the figures of th
 (batch 8 per rank) under `distrib_ctx`, and times, alternated, `fit` without MixUp, with fastai's MixUp (distrib's
 draws and exchange) and with a MixUp subclass that keeps fastai's own `before_batch` (each rank mixes within its own
 batch: no exchange); then the draws alone and the exchange alone (a batch like the test's and a batch of 64 images
-of 3 x 32 x 32), and prints one line per measure (medians).
+of 3 x 32 x 32), and a rank's draws and plan per step at world sizes up to 16,384; prints one line per measure
+(medians).
 Usage: python bench/fastai_mixup.py   (in a venv with fastai 2.8: pip install -e ".[fastai]")"""
 import os, subprocess, sys, tempfile
 from pathlib import Path
@@ -50,7 +51,22 @@ with learn.distrib_ctx():
         rank or print(f"exchange of {{name}}: {{statistics.median(t)*1e6:.0f}} us")
 """
 
+def per_rank_work():
+    """A rank's draws and plan per step (the pairing, who sends what, B weights), at world sizes up to 16,384 (the
+    last rank's; the other ranks need not exist for it): flat in the world size"""
+    import time
+    import numpy as np
+    from distrib import fastai as df
+    for W in (2, 64, 16384):
+        for B in (8, 256):
+            n, r, t0 = W*B, W - 1, time.perf_counter()
+            for s in range(300):
+                a, sh = df._mix_pairing(0, s, n)
+                df._mix_plan(a, sh, n, r, W); df._beta_lams(.4, .4, 0, s, np.arange(B)*W + r)
+            print(f"a rank's draws and plan, W = {W}, B = {B}: {(time.perf_counter() - t0)/300*1e6:.0f} us per step")
+
 if __name__ == '__main__':
+    per_rank_work()
     with tempfile.NamedTemporaryFile('w', suffix='.py', delete=False) as f:
         f.write(RUN.format(scripts=str(ROOT/'tests'/'scripts')))
     r = subprocess.run([sys.executable, '-m', 'distrib.launch', '--nproc_per_node', '2', f.name], capture_output=True,
