@@ -44,8 +44,8 @@ import distrib.strategies.context  # noqa: its distrib_ctx, on distrib's Learner
 
 # %% auto #0
 __all__ = ['ShardedDL', 'DistributedDL', 'LoopWatch', 'check_metrics', 'sync_metric', 'sync_metrics', 'gather_preds', 'ItemMean',
-           'DistributedTrainer', 'ParallelTrainer', 'rank0_first', 'setup_distrib', 'teardown_distrib', 'Checkpoint',
-           'Preempted']
+           'MixDraws', 'DistributedTrainer', 'ParallelTrainer', 'rank0_first', 'setup_distrib', 'teardown_distrib',
+           'Checkpoint', 'Preempted']
 
 # %% ../nbs/44_fastai.ipynb #ca012a1a
 class ShardedDL(TfmdDL):
@@ -342,6 +342,198 @@ class ItemMean(Callback):
         f = (n*W/N.clamp_min(torch.finfo(N.dtype).tiny)).to(lg.dtype)
         learn.loss_grad = torch.where(n > 0, lg*f, torch.zeros_like(lg))
 
+# %% ../nbs/44_fastai.ipynb #368fc1de
+import warnings
+from functools import partial
+import numpy as np
+from scipy.special import betaincinv   # fastai depends on SciPy
+from fastai.callback.mixup import MixUp, CutMix, MixHandler
+from .runtime.group import group_backend
+
+_GAMMA, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB   # SplitMix64's constants
+_MASK = 2**64 - 1
+_MIXUP, _PAIRS, _CUTMIX = 1, 2, 3   # the streams of draws, told apart in the key
+
+def _mix64(z:np.ndarray)->np.ndarray:
+    "SplitMix64's finaliser (Vigna's `splitmix64.c`) on a uint64 NumPy array, wrapping modulo 2**64"
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
+    return z ^ (z >> np.uint64(31))
+
+def _mix64_int(z:int)->int:
+    "`_mix64` on one Python int in [0, 2**64) (a few draws: NumPy's per-call cost is the larger)"
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
+    return z ^ (z >> 31)
+
+def _mix_key(seed:int, step:int, stream:int)->int:
+    "The state of the SplitMix64 generator of `(seed, step, stream)`: a hash of the three"
+    k = 0
+    for w in (seed, step, stream): k = _mix64_int(((k ^ (w & _MASK)) + _GAMMA) & _MASK)
+    return k
+
+def _mix_bits(seed:int, step:int, stream:int, counters)->np.ndarray:
+    """64 random bits (uint64, the shape of `counters`) for each of `counters` (ints >= 0), a pure function of
+    `(seed, step, stream, counter)`: output `counter` of a SplitMix64 generator (Steele, Lea, Flood, "Fast splittable
+    pseudorandom number generators", OOPSLA 2014) whose state is a hash of `(seed, step, stream)` (`_mix_key`),
+    computed directly (a counter-based generator, as Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC
+    2011): a rank draws the counters of its own items only, and any number of ranks draw what one process draws."""
+    c = np.asarray(counters, dtype=np.uint64)
+    return _mix64(np.uint64(_mix_key(seed, step, stream)) + (c + np.uint64(1)) * np.uint64(_GAMMA))
+
+def _mix_uniforms(seed:int, step:int, stream:int, counters)->np.ndarray:
+    "Uniforms on [0, 1) (float64, 53 random bits each, the shape of `counters`) from `_mix_bits`"
+    return (_mix_bits(seed, step, stream, counters) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+def _mix_pairing(seed:int, step:int, n:int)->tuple:
+    """`(a, s)`, the pairing of step `step` over a global batch of `n` items: the item at position `j` is mixed with
+    the one at `(a*j + s) % n`, a permutation of [0, n) since `gcd(a, n) == 1`. `s` is uniform on [0, n) and `a` on
+    the units modulo `n` (the first unit among `_mix_bits(seed, step, _PAIRS, c) % n`, c = 1, 2, ...: n/phi(n) draws
+    on average, under 6 for any n < 10**9), so each position's partner is uniform on the batch. Raises `ValueError`
+    for `n` < 1."""
+    if n < 1: raise ValueError(f"_mix_pairing: a global batch of {n} items; it needs at least one")
+    k = _mix_key(seed, step, _PAIRS)
+    def bits(c:int)->int: return _mix64_int((k + (c + 1)*_GAMMA) & _MASK)   # `_mix_bits`, one counter in Python
+    s = bits(0) % n
+    for c in range(1, 10_000):
+        a = bits(c) % n
+        if math.gcd(a, n) == 1: return a, s
+    return 1, s   # never in practice: no unit among 10**4 draws has probability < 0.83**10**4 for n < 10**9
+
+def _mix_plan(a:int, s:int, n:int, rank:int, world_size:int)->tuple:
+    """Who sends what to whom when the pairing is `(a, s)` (`_mix_pairing`) over a global batch of `n` items, `n` a
+    multiple of `world_size`, rank `r` holding the positions `i*world_size + r`, i = 0, 1, ... (distrib's sharding
+    rule). Returns `(src, rows, dst, send_rows)`: the partners of this rank's items are all on rank `src`
+    (`(a*rank + s) % world_size`, since `world_size` divides `n`), at its rows `rows` (int64, one per item of this
+    rank, in order); this rank's rows `send_rows` go to rank `dst`, the one rank whose partners it holds.
+    `src == dst == rank` when the partners are this rank's own items."""
+    ws, i = world_size, torch.arange(n // world_size)
+    dst = pow(a, -1, ws) * (rank - s) % ws if ws > 1 else 0
+    return (a*rank + s) % ws, (a*(i*ws + rank) + s) % n // ws, dst, (a*(i*ws + dst) + s) % n // ws
+
+def _beta_lams(c1:float, c0:float, seed:int, step:int, positions)->np.ndarray:
+    """MixUp's weights of the items at global `positions` (ints) of step `step`: Beta(`c1`, `c0`) by the inverse of
+    its CDF (`scipy.special.betaincinv`) at `_mix_uniforms(seed, step, _MIXUP, positions)`, then `max(lam, 1 - lam)`
+    as fastai's `MixUp` (float64, the shape of `positions`)"""
+    lam = betaincinv(c1, c0, _mix_uniforms(seed, step, _MIXUP, positions))
+    return np.maximum(lam, 1 - lam)
+
+# %% ../nbs/44_fastai.ipynb #076d9092
+_EXCHANGE = "MixUp's exchange of partner items (distrib.fastai, one send and one receive)"
+
+def _header(ts:list)->torch.Tensor:
+    "A fixed-size int64 description of tensors `ts`: their number and a CRC-32 of their shapes and dtypes"
+    import zlib
+    sig = repr([(tuple(t.shape), str(t.dtype)) for t in ts]).encode()
+    return torch.tensor([len(ts), zlib.crc32(sig)], dtype=torch.int64)
+
+def _p2p(send:list, dst:int, recv:list, src:int):
+    "Send tensors `send` to rank `dst` and receive `recv` (filled in place) from rank `src`, in one batch of P2P ops"
+    ops = [dist.P2POp(dist.isend, t, dst) for t in send] + [dist.P2POp(dist.irecv, t, src) for t in recv]
+    for w in dist.batch_isend_irecv(ops): w.wait()
+
+def _exchange_rows(send:list, src:int, dst:int)->list:
+    """Send tensors `send` (this rank's rows for rank `dst`) to `dst`, and return what rank `src` sends to this rank,
+    tensors of the shapes and dtypes of `send` (every rank's batch has the same shapes, as one process's batch):
+    one batch of P2P ops (`torch.distributed.batch_isend_irecv`, which NCCL runs on the group's communicator, not one
+    per pair of ranks) for a fixed-size header that checks the shapes, then one for the tensors, on their device
+    when the group has a backend for it (else `comm_device()`). O(B) bytes and O(1) calls per rank at any world size.
+    Raises `ValueError` naming both ranks when `src`'s tensors differ in shape or dtype from this rank's."""
+    dev = send[0].device if group_backend(send[0].device.type) is not None else comm_device()
+    mine = _header(send)
+    theirs = torch.empty_like(mine, device=dev)
+    with doing('collective', _EXCHANGE, device=dev):
+        _p2p([mine.to(dev)], dst, [theirs], src)
+        if not torch.equal(theirs.cpu(), mine):
+            shapes = [(tuple(t.shape), t.dtype) for t in send]
+            raise ValueError(f"MixUp/CutMix under distrib_ctx: rank {src}'s batch differs in shape or dtype from rank "
+                             f"{current_world().rank}'s ({shapes}): every rank's batch needs the same shapes to mix "
+                             "items across ranks, as one process's batch has")
+        out = [torch.empty_like(t, device=dev) for t in send]
+        full = [i for i, t in enumerate(send) if t.numel()]
+        _p2p([send[i].to(dev).contiguous() for i in full], dst, [out[i] for i in full], src)
+    return [o.to(t.device) for o, t in zip(out, send)]
+
+def _partner_rows(ts:list, a:int, s:int, n:int, rank:int, world_size:int)->list:
+    "The rows of each of tensors `ts` (this rank's batch) that pair with this rank's items: the partners"
+    src, rows, dst, send = _mix_plan(a, s, n, rank, world_size)
+    if src == rank: return [t[rows.to(t.device)] for t in ts]
+    return _exchange_rows([t[send.to(t.device)] for t in ts], src, dst)
+
+def _where(learn)->tuple:
+    """`(world_size, rank, seed, step)` of this training batch: the training loader's (a `ShardedDL`; a fastai loader
+    is one rank of one, seed 0) and fastai's `train_iter`, the batches trained so far in this fit (which `Checkpoint`
+    restores)"""
+    dl = learn.dl
+    ws, r = (dl.world_size, dl.rank) if is_sharded(dl) else (1, 0)
+    return ws, r, getattr(dl, 'seed', 0), int(learn.train_iter)
+
+def _mixup(cb:MixUp):
+    """fastai's `MixUp.before_batch`, drawing by distrib's rule: the item at global position `j` (`i*W + r`) is mixed
+    with the one at `(a*j + s) % N` (`_mix_pairing`, exchanged by `_exchange_rows`) with weight `_beta_lams(...)[j]`"""
+    learn = cb.learn
+    ws, r, seed, step = _where(learn)
+    b, x = cb.y.size(0), cb.x
+    n, pos = ws*b, np.arange(b)*ws + r
+    lam = _beta_lams(float(cb.distrib.concentration1), float(cb.distrib.concentration0), seed, step, pos)
+    cb.lam = torch.tensor(lam, dtype=torch.float32, device=x.device)
+    xb, yb = tuple(learn.xb), tuple(learn.yb)
+    parts = _partner_rows(list(xb + yb), *_mix_pairing(seed, step, n), n, r, ws)
+    xb1, cb.yb1 = parts[:len(xb)], tuple(parts[len(xb):])
+    learn.xb = tuple(torch.lerp(p, t, cb.lam.view(-1, *[1]*(x.dim() - 1))) for p, t in zip(xb1, xb))
+    if not cb.stack_y:
+        learn.yb = tuple(torch.lerp(p, t, cb.lam.view(-1, *[1]*(cb.y.dim() - 1))) for p, t in zip(cb.yb1, yb))
+
+def _cutmix(cb:CutMix):
+    """fastai's `CutMix.before_batch`, drawing by distrib's rule: one weight and one box per global batch (from
+    `_mix_uniforms(seed, step, _CUTMIX, [0, 1, 2])`: the Beta draw, the box's centre), the box of the item at global
+    position `j` taken from the one at `(a*j + s) % N` (`_mix_pairing`; only the boxes and targets are exchanged)"""
+    learn = cb.learn
+    ws, r, seed, step = _where(learn)
+    x = cb.x
+    bs, _, H, W = x.size()
+    u = _mix_uniforms(seed, step, _CUTMIX, [0, 1, 2])
+    lam = torch.tensor([betaincinv(float(cb.distrib.concentration1), float(cb.distrib.concentration0), u[0])],
+                       dtype=torch.float32)
+    cut_rat = torch.sqrt(1. - lam)   # fastai's rand_bbox, with distrib's draws for the centre
+    cut_w, cut_h = torch.round(W * cut_rat).long(), torch.round(H * cut_rat).long()
+    cx, cy = torch.tensor([int(u[1] * W)]), torch.tensor([int(u[2] * H)])
+    x1, x2 = torch.clamp(cx - cut_w // 2, 0, W), torch.clamp(cx + cut_w // 2, 0, W)
+    y1, y2 = torch.clamp(cy - cut_h // 2, 0, H), torch.clamp(cy + cut_h // 2, 0, H)
+    n = ws*bs
+    box, y = _partner_rows([x[..., y1:y2, x1:x2], cb.y], *_mix_pairing(seed, step, n), n, r, ws)
+    learn.xb[0][..., y1:y2, x1:x2] = box
+    cb.yb1, cb.lam = (y,), (1 - ((x2-x1)*(y2-y1))/float(W*H)).to(x.device)
+    if not cb.stack_y:
+        learn.yb = tuple(torch.lerp(p, t, cb.lam.view(-1, *[1]*(cb.y.dim() - 1))) for p, t in zip(cb.yb1, learn.yb))
+
+_RULES = {MixUp.before_batch: _mixup, CutMix.before_batch: _cutmix}
+
+class MixDraws(Callback):
+    """Makes fastai's `MixUp` and `CutMix` callbacks of a fit draw by distrib's rule (`_mixup`, `_cutmix`), so that W
+    ranks x B mix as one process x W*B under `distrib_ctx`: at `before_fit` it sets their `before_batch` on the
+    instance, at `after_fit` (and `restore()`, on leaving `distrib_ctx`) it takes it off again; fastai calls a
+    callback's events as `getattr(cb, event)`. Their loss side (`MixHandler.lf`) is fastai's. A subclass of fastai's
+    `MixHandler` with a `before_batch` of its own is left as it is, with a warning (it mixes within each rank's
+    batch). Added by `DistributedTrainer`, and by `distrib_ctx` in a world of one."""
+    order = -10**5
+    def __init__(self): self.patched = []
+    def before_fit(self):
+        for cb in self.learn.cbs:
+            if not isinstance(cb, MixHandler) or any(cb is p for p in self.patched): continue
+            rule = _RULES.get(getattr(type(cb), 'before_batch', None))
+            if rule is None:
+                warnings.warn(f"{type(cb).__name__} has a before_batch of its own: under distrib_ctx it mixes within "
+                              "each rank's batch, not as one process with the global batch")
+                continue
+            cb.__dict__['before_batch'] = partial(rule, cb)
+            self.patched.append(cb)
+    def after_fit(self): self.restore()
+    def restore(self):
+        "Give every patched callback its class's `before_batch` back"
+        for cb in self.patched: cb.__dict__.pop('before_batch', None)
+        self.patched = []
+
 # %% ../nbs/44_fastai.ipynb #e3591970
 class DistributedTrainer(ddp.DistributedTrainer):
     """distrib's `DistributedTrainer` (`distrib.strategies.ddp`, same arguments) on fastai's `Learner`: attach it
@@ -362,8 +554,8 @@ class DistributedTrainer(ddp.DistributedTrainer):
         self.watch = LoopWatch(first=True)
         self.watch_body = LoopWatch(first=False, partner=self.watch, at_end=self.after_all_fit)
         super().wrap()
-        self.items = ItemMean()
-        self.learn.add_cbs([self.watch, self.watch_body, self.items])
+        self.items, self.mix = ItemMean(), MixDraws()
+        self.learn.add_cbs([self.watch, self.watch_body, self.items, self.mix])
         self.splitter = self.learn.splitter   # fastai's create_opt splits the model it holds: the plain module
         self.learn.splitter = lambda m: self.splitter(unwrap_model(m))
         self.trainable, self.acc = self._trainable(), []
@@ -375,7 +567,8 @@ class DistributedTrainer(ddp.DistributedTrainer):
     def unwrap(self):
         if self.model is None: return
         super().unwrap()
-        self.learn.remove_cbs([self.watch, self.watch_body, self.items])
+        self.learn.remove_cbs([self.watch, self.watch_body, self.items, self.mix])
+        self.mix.restore()
         self.learn.splitter = self.splitter
 
     @contextmanager
@@ -471,15 +664,24 @@ def detach_distributed(self:Learner)->Learner:
     return dp.detach(self, ddp.DistributedTrainer)
 
 @patch_to(Learner)
+@contextmanager
 def distrib_ctx(self:Learner, device=None, sync_bn:bool|None=None, backend:str|None=None, timeout=None,
                 comm_hook:str|None=None, comm_hook_state=None, strategy:str='ddp', compile:bool|dict|None=None,
                 stall_timeout:float|None=None, in_notebook:bool=False, **kwargs):
     """Context manager: distrib's `distrib_ctx` (`distrib.strategies.context`, same arguments) on fastai's Learner:
     in a world of several processes, `to_distributed` on entry and `detach_distributed` on exit, also when the body
-    raises. `in_notebook` (fastai's) is accepted and ignored: `notebook_launch` starts the processes. Raises what
+    raises; in a world of one, fastai's `MixUp` and `CutMix` draw by distrib's rule (`MixDraws`) as they do on
+    several. `in_notebook` (fastai's) is accepted and ignored: `notebook_launch` starts the processes. Raises what
     distrib's `distrib_ctx` raises."""
-    return DistribLearner.distrib_ctx(self, device, sync_bn, backend, timeout, comm_hook, comm_hook_state, strategy,
-                                      compile, stall_timeout, **kwargs)
+    with DistribLearner.distrib_ctx(self, device, sync_bn, backend, timeout, comm_hook, comm_hook_state, strategy,
+                                    compile, stall_timeout, **kwargs):
+        mix = MixDraws() if _trainer_of(self) is None else None   # the trainer has its own
+        if mix is not None: self.add_cb(mix)
+        try: yield self
+        finally:
+            if mix is not None:
+                self.remove_cb(mix)
+                mix.restore()
 
 # %% ../nbs/44_fastai.ipynb #9dfc436c
 _fastai_save, _fastai_export = Learner.save, Learner.export
@@ -598,7 +800,8 @@ def start_at(self:Learner, epoch:int):
 
 @patch_to(Learner)
 def loop_state(self:Learner)->dict:
-    """The loop protocol's: fastai's schedule position (`train_iter`, `pct_train`) and its `Recorder`'s records.
+    """The loop protocol's: fastai's schedule position (`train_iter`, `pct_train`), its `Recorder`'s records, and the
+    state of the `GradScaler` of fastai's `MixedPrecision` (`learn.scaler`, while it is enabled: float16 on CUDA).
     Raises `ValueError` in a training pass with `Recorder(train_metrics=True)` (its running metrics are per rank)."""
     rec = getattr(self, 'recorder', None)
     if rec is not None and rec.train_metrics and getattr(self, 'training', False):
@@ -606,6 +809,8 @@ def loop_state(self:Learner)->dict:
                          "in the middle of an epoch: write checkpoints at the end of epochs only (every_n_steps=None), "
                          "or train without train_metrics")
     state = dict(train_iter=int(self.train_iter), pct_train=float(self.pct_train))
+    scaler = getattr(self, 'scaler', None)   # the same on every rank: DDP's gradients, so its overflow checks, are
+    if scaler is not None and scaler.is_enabled(): state['scaler'] = scaler.state_dict()
     if rec is not None:
         sm = rec.smooth_loss
         state['recorder'] = dict(lrs=_plain(rec.lrs), iters=_plain(rec.iters), losses=_plain(rec.losses),
@@ -614,8 +819,11 @@ def loop_state(self:Learner)->dict:
 
 @patch_to(Learner)
 def load_loop_state(self:Learner, state:dict):
-    "The loop protocol's: put back what `loop_state` returned, at the resumed fit's first training pass"
+    """The loop protocol's: put back what `loop_state` returned, at the resumed fit's first training pass (after
+    fastai's `MixedPrecision.before_fit` made its `GradScaler`: its loss scale and growth count go on)"""
     self.train_iter, self.pct_train = state['train_iter'], state['pct_train']
+    scaler = getattr(self, 'scaler', None)
+    if 'scaler' in state and scaler is not None and scaler.is_enabled(): scaler.load_state_dict(state['scaler'])
     rec, r = getattr(self, 'recorder', None), state.get('recorder')
     if rec is None or r is None: return
     rec.lrs, rec.iters, rec.losses = list(r['lrs']), list(r['iters']), list(r['losses'])

@@ -31,9 +31,9 @@ def diff(a, b)->float:
     assert a.shape == b.shape, (a.shape, b.shape)
     return (a - b).abs().max().item() if a.numel() else 0.
 
-def compare(name:str, ours:dict, nproc:int)->dict:
-    "Case `name` of the job against fastai alone with the global batch: the largest differences"
-    ref = job.run_case(name, job.B*nproc)
+def compare(name:str, ours:dict, nproc:int, ref:dict|None=None)->dict:
+    "Case `name` of the job against fastai alone with the global batch (or `ref`): the largest differences"
+    ref = job.run_case(name, job.B*nproc) if ref is None else ref
     d = {'weights': diff(ours['weights'], ref['weights']), 'values': diff(ours['values'], ref['values'])}
     if 'preds' in ref:
         d.update(preds=diff(ours['preds'], ref['preds']), losses=diff(ours['losses'], ref['losses']),
@@ -69,7 +69,7 @@ def test_items_alike_over_ranks(name, tmp_path_factory):
 
 def test_lr_find(tmp_path_factory):
     "lr_find's curve and suggestion as one process's; every rank has the weights put back"
-    ours, ref = ran(2, ('lr_find', 'mixup', 'save'), tmp_path_factory)['lr_find'], job.run_case('lr_find', 2*job.B)
+    ours, ref = ran(2, ('lr_find', 'save'), tmp_path_factory)['lr_find'], job.run_case('lr_find', 2*job.B)
     rel = abs(ours['valley'] - ref['valley'])/ref['valley']
     print(f"\nlr_find: valley rel {rel:.1e}, losses {diff(ours['losses'], ref['losses']):.1e}, "
           f"weights {diff(ours['weights'], ref['weights']):.1e}")
@@ -80,18 +80,55 @@ def test_save_and_export_once_on_rank0(tmp_path_factory):
     """SaveModelCallback, learn.save and learn.export under distrib_ctx: the files once (no temporary left), and the
     export is the plain Learner, which load_learner opens in this process (no process group) with the trained weights"""
     from fastai.learner import load_learner
-    ours = ran(2, ('lr_find', 'mixup', 'save'), tmp_path_factory)['save']
+    ours = ran(2, ('lr_find', 'save'), tmp_path_factory)['save']
     assert ours['files'] == ['export.pkl', 'models', 'models/final.pth', 'models/model.pth'], ours['files']
     learn = load_learner(ours['export'])
     assert type(learn.model) is torch.nn.Sequential
     w = torch.cat([p.detach().flatten() for p in learn.model.parameters()]).tolist()
     assert diff(w, ours['weights']) == 0
 
-def test_mixup_runs_in_step(tmp_path_factory):
-    """MixUp trains, the ranks in step; each rank mixes within its own batch, so it is not one process's MixUp with
-    the global batch (its pairs cross ranks): only finite and in step is asserted"""
-    ours = ran(2, ('lr_find', 'mixup', 'save'), tmp_path_factory)['mixup']
-    assert ours['rank_spread'] == 0 and all(map(lambda v: v == v, ours['weights']))
+MIX = ('mixup', 'cutmix')
+
+def mix_x_diff(ours:dict, ref:dict, nproc:int)->float:
+    """The largest difference between each rank's mixed inputs (`ours['mix_x']`, by rank) and one process's global
+    mix at that rank's positions i*W + r, at the recorded steps"""
+    d = 0.
+    for step, glob in ref['mix_x'][0].items():
+        for r in range(nproc):
+            d = max(d, diff(ours['mix_x'][r][step], torch.tensor(glob)[r::nproc].tolist()))
+    return d
+
+@pytest.mark.parametrize('nproc', [2, 3])
+@pytest.mark.parametrize('name', MIX)
+def test_mix_as_one_process(name, nproc, tmp_path_factory):
+    """fastai's MixUp and CutMix (fit_one_cycle): W ranks x B train and report as the same script under distrib_ctx
+    in one process with W*B, distrib.fastai's draws pairing items across ranks: each rank's mixed inputs are the
+    global mix at its positions (its partners exchanged right), and the weights and recorder values follow"""
+    import distrib.fastai  # noqa: the reference is the same case under distrib_ctx in one process (distrib's draws)
+    ours = ran(nproc, MIX, tmp_path_factory)[name]
+    ref = job.run_case(name, job.B*nproc)
+    ref['mix_x'] = [ref['mix_x']]
+    assert sorted(ref['mix_x'][0]) == sorted(ours['mix_x'][0]) == ['0', '1', '5', '7']
+    dx = mix_x_diff(ours, ref, nproc)
+    d = compare(name, ours, nproc, ref)
+    print(f"mixed inputs {dx:.1e}")
+    assert dx == 0, dx
+    assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
+
+def test_mix_differs_from_per_rank_mixing(tmp_path_factory):
+    """The check above can fail: 2 ranks' MixUp differs from one process's when each rank mixes within its own batch,
+    as fastai's MixUp does on each rank (here: the one-process mix of each rank's batch alone)"""
+    import distrib.fastai  # noqa
+    ours, alone = ran(2, MIX, tmp_path_factory)['mixup'], job.run_case('mixup', job.B)   # one rank's batch of B
+    assert mix_x_diff(ours, {'mix_x': [alone['mix_x']]}, 1) > 1e-2
+
+def test_mix_shapes_differ_ends_the_job():
+    """MixUp under distrib_ctx with rank 1's batch of another shape than rank 0's: the exchange's header says so, and
+    the job ends with a ValueError naming both ranks (gloo would abort on a receive of another size; NCCL would wait)"""
+    r = launch(SCRIPTS/'fastai_job.py', '/dev/null', 'mix_shapes', nproc=2, timeout=180)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and re.search(r"rank [01]'s batch differs in shape or dtype from rank [01]'s", out), \
+        out[-4000:]
 
 @pytest.mark.parametrize('nproc', [2, 3])
 def test_cancel_on_one_rank_ends_the_job(nproc):
@@ -141,18 +178,23 @@ def test_notebook_launch():
     d = compare('one_cycle', ours, 2)
     assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
 
+def run_ckpt(tmp_path, nproc:int, bs:int, case:str, d, mix:bool=False, fp16:bool=False)->dict:
+    """Case `case` (`ckpt_stop`, `ckpt_resume`) on `nproc` x `bs`, its checkpoints in `d`, with MixUp if `mix`, with
+    fastai's MixedPrecision and a GradScaler on the CPU if `fp16`"""
+    out = tmp_path/f'{case}-{nproc}.json'
+    env = {'FASTAI_JOB_BS': str(bs), 'FASTAI_JOB_CKPT': str(d), **({'FASTAI_JOB_MIX': '1'} if mix else {}),
+           **({'FASTAI_JOB_FP16': '1'} if fp16 else {})}
+    r = launch(SCRIPTS/'fastai_job.py', out, case, nproc=nproc, timeout=240, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    return json.loads(out.read_text())[case]
+
 def test_checkpoint_resumes_mid_epoch(tmp_path):
     """distrib's Checkpoint on fastai's Learner: fit_one_cycle on 2 processes x 6, stopped by SIGUSR1 on rank 1 alone
     in the middle of epoch 1 (every rank stops at the same step, with a checkpoint, `Preempted`), then the same line
     resumed on 2 processes x 6, on 3 x 4 and on 1 x 12 (the global batch kept): each ends as fastai alone in one
     process with 12, uninterrupted (weights <= 1e-5, recorder values, validate, get_preds <= 1e-6)"""
     import shutil
-    def run(nproc, bs, case, d):
-        out = tmp_path/f'{case}-{nproc}.json'
-        r = launch(SCRIPTS/'fastai_job.py', out, case, nproc=nproc, timeout=240,
-                   env={'FASTAI_JOB_BS': str(bs), 'FASTAI_JOB_CKPT': str(d)})
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-        return json.loads(out.read_text())[case]
+    def run(nproc, bs, case, d): return run_ckpt(tmp_path, nproc, bs, case, d)
     stop = run(2, 6, 'ckpt_stop', tmp_path/'stop')['preempted']
     print(f"\nstopped: {stop}")
     assert stop['code'] == 128 + 10 and stop['epoch'] == 1 and 0 < stop['batch'] < stop['n_iter'] == 8, stop
@@ -172,3 +214,33 @@ def test_distributed_dl_named():
     from distrib.fastai import DistributedDL
     with pytest.raises(NotImplementedError, match=r'learn.distrib_ctx\(\) shards .* ShardedDL\(dl, rank, world_size\)'):
         DistributedDL(job.data(8).train, rank=0, world_size=2)
+
+def test_checkpoint_resumes_mixup_on_another_world(tmp_path):
+    """fit_one_cycle with fastai's MixUp and distrib's Checkpoint on 2 processes x 6, stopped mid-epoch, resumed on
+    3 x 4: MixUp's draws go on from fastai's restored `train_iter`, and the fit ends as the same script under
+    distrib_ctx in one process with 12, uninterrupted"""
+    import shutil, distrib.fastai  # noqa: the reference is under distrib_ctx in one process (distrib's draws)
+    stop = run_ckpt(tmp_path, 2, 6, 'ckpt_stop', tmp_path/'stop', mix=True)['preempted']
+    assert stop['epoch'] == 1 and 0 < stop['batch'] < stop['n_iter'], stop
+    shutil.copytree(tmp_path/'stop', tmp_path/'resume')
+    ours, ref = run_ckpt(tmp_path, 3, 4, 'ckpt_resume', tmp_path/'resume', mix=True), job.run_case('mixup', 12)
+    diffs = {k: diff(ours[k], ref[k]) for k in ('weights', 'values', 'preds', 'losses', 'validate')}
+    print(f"\nMixUp, stopped on 2 x 6, resumed on 3 x 4: " + ', '.join(f"{k} {v:.1e}" for k, v in diffs.items()))
+    assert ours['resumed_from'] is not None and ours['rank_spread'] == 0
+    assert diffs['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in diffs.items() if k != 'weights'), diffs
+
+def test_checkpoint_resumes_grad_scaler(tmp_path):
+    """fastai's MixedPrecision with distrib's Checkpoint: its GradScaler's loss scale and growth count are saved and
+    go on in the resumed fit (on 3 x 4 after a stop on 2 x 6). On the CPU, fastai's scaler (CUDA's) is disabled: the
+    job puts an enabled CPU GradScaler in its place, growing every 3 steps, so the 16 steps of fit_one_cycle(2) end
+    at 2**(10 + 16 // 3) with a growth count of 16 % 3, as the uninterrupted fit does (a fresh scaler at the resume
+    would end at 2**11). The weights are fit_one_cycle's: the scale is a power of 2, unscaled exactly."""
+    import shutil
+    stop = run_ckpt(tmp_path, 2, 6, 'ckpt_stop', tmp_path/'stop', fp16=True)['preempted']
+    assert stop['epoch'] == 1 and 0 < stop['batch'] < stop['n_iter'], stop
+    shutil.copytree(tmp_path/'stop', tmp_path/'resume')
+    ours = run_ckpt(tmp_path, 3, 4, 'ckpt_resume', tmp_path/'resume', fp16=True)
+    print(f"\nGradScaler after the resumed fit: {ours['scaler']}")
+    assert ours['resumed_from'] is not None and ours['rank_spread'] == 0
+    assert ours['scaler']['scale'] == 2.**(10 + 16 // 3) and ours['scaler']['_growth_tracker'] == 16 % 3, ours['scaler']
+    assert diff(ours['weights'], job.run_case('one_cycle', 12)['weights']) <= 1e-5

@@ -1,10 +1,15 @@
 """fastai's own Learner under distrib.fastai: `python -m distrib.launch --nproc_per_node W fastai_job.py OUT CASE...`
 runs each case on W processes with a per-rank batch of `B` and rank 0 writes what fastai reports to OUT (JSON);
 tests/test_fastai.py runs the same cases with fastai alone, in one process, with the global batch W*B, and compares.
+`mixup` and `cutmix` (fastai's MixUp and CutMix, which distrib.fastai makes draw by its rule: the reference is then
+the same case under distrib_ctx in one process; rank 0 writes every rank's mixed inputs at a few steps),
+`mix_shapes` (rank 1's batch wider at MixUp: the exchange raises),
 `cancel_one` (rank 1 alone raises CancelFitException), `cancel_all` and `nan_one` (a NaN loss on rank 1 alone, under
 fastai's TerminateOnNaNCallback) are cases too; `ckpt_stop` (fit_one_cycle
 with distrib's Checkpoint, stopped by SIGUSR1 on rank 1 in the middle of epoch 1) and `ckpt_resume` (the same line,
-resumed) write and read the checkpoints in $FASTAI_JOB_CKPT, with a per-rank batch of $FASTAI_JOB_BS (default B).
+resumed) write and read the checkpoints in $FASTAI_JOB_CKPT, with a per-rank batch of $FASTAI_JOB_BS (default B),
+and fastai's MixUp when $FASTAI_JOB_MIX is set (its reference is then `mixup`), fastai's MixedPrecision (`to_fp16`)
+with an enabled GradScaler on the CPU when $FASTAI_JOB_FP16 is set.
 Imported by the test for `run_case`, with fastai and no distrib context."""
 import json, sys, time
 from functools import partial
@@ -17,7 +22,7 @@ from fastai.metrics import accuracy, error_rate, top_k_accuracy, F1Score, AccumM
 from fastai.optimizer import OptimWrapper
 from fastai.callback.core import Callback, CancelFitException
 from fastai.callback.training import GradientAccumulation
-from fastai.callback.mixup import MixUp
+from fastai.callback.mixup import MixUp, CutMix
 from fastai.callback.tracker import TerminateOnNaNCallback
 from fastai.callback.fp16 import MixedPrecision
 from fastai.callback.schedule import *  # noqa: fit_one_cycle, fit_flat_cos, fine_tune, lr_find on fastai's Learner
@@ -31,12 +36,16 @@ Y_IGN = Y.masked_fill(X[:, 4] > 0.3, -100)   # ~38% of the targets ignored, unev
 def get_x(i): return X[i]
 def get_y(i): return Y[i]
 def get_y_ign(i): return Y_IGN[i]
+X_IMG = torch.randn(N_TRAIN + N_VALID, 2, 5, 6, generator=_g)   # images for CutMix: 2 channels, 5 x 6 pixels
+Y_IMG = (X_IMG[:, 0, :3].mean((1, 2)) > 0).long() + (X_IMG[:, 1, 2:, 3:].mean((1, 2)) > .2).long()
+def get_x_img(i): return X_IMG[i]
+def get_y_img(i): return Y_IMG[i]
 
-def data(bs:int, ignore:bool=False):
+def data(bs:int, ignore:bool=False, image:bool=False):
     """fastai DataLoaders of a fixed synthetic 3-class problem: the training loader in order, with drop_last;
-    `ignore`: some targets are -100 (ignored by the loss, as a language model's padding)"""
-    y = get_y_ign if ignore else get_y
-    dss = [Datasets(list(range(a, b)), tfms=[[get_x], [y]]) for a, b in ((0, N_TRAIN), (N_TRAIN, N_TRAIN + N_VALID))]
+    `ignore`: some targets are -100 (ignored by the loss, as a language model's padding); `image`: 2 x 5 x 6 inputs"""
+    x, y = (get_x_img, get_y_img) if image else (get_x, get_y_ign if ignore else get_y)
+    dss = [Datasets(list(range(a, b)), tfms=[[x], [y]]) for a, b in ((0, N_TRAIN), (N_TRAIN, N_TRAIN + N_VALID))]
     kw = dict(shuffle=False, num_workers=0)   # fastai's default forks a worker per CPU at each pass: 0.7 s per epoch
     return DataLoaders(TfmdDL(dss[0], bs=bs, drop_last=True, **kw), TfmdDL(dss[1], bs=bs, **kw))
 
@@ -44,16 +53,17 @@ def _mean_acc(p, t): return (p.argmax(-1) == t).float().mean()
 
 def splitter(m): return [list(m[0].parameters()), list(m[2].parameters())]
 
-def learner(bs:int, opt:str='adam', ignore:bool=False)->Learner:
+def learner(bs:int, opt:str='adam', ignore:bool=False, image:bool=False)->Learner:
     """The same model (seeded), loss, metrics and optimizer on every rank and in the reference; `ignore`: targets
-    with -100, `CrossEntropyLossFlat(ignore_index=-100)`"""
+    with -100, `CrossEntropyLossFlat(ignore_index=-100)`; `image`: the images' data and a model that flattens them"""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(N_IN, 16), nn.ReLU(), nn.Linear(16, N_OUT))
     kw = dict(opt_func=partial(OptimWrapper, opt=torch.optim.SGD)) if opt == 'sgd' else {}
-    learn = Learner(data(bs, ignore), model, loss_func=CrossEntropyLossFlat(ignore_index=-100),
+    if image: model = nn.Sequential(nn.Flatten(), nn.Linear(X_IMG[0].numel(), 16), nn.ReLU(), nn.Linear(16, N_OUT))
+    else: kw['splitter'] = splitter
+    learn = Learner(data(bs, ignore, image), model, loss_func=CrossEntropyLossFlat(ignore_index=-100),
                     metrics=[accuracy, error_rate, partial(top_k_accuracy, k=2), F1Score(average='macro'),
-                             AccumMetric(_mean_acc, flatten=False)],
-                    splitter=splitter, **kw)
+                             AccumMetric(_mean_acc, flatten=False)], **kw)
     learn.remove_cb(learn.progress)
     return learn
 
@@ -85,6 +95,34 @@ class SignalAt(Callback):
         time.sleep(self.secs)   # steps long beside the stop agreement's all-reduce: it runs at almost every step
         if (self.epoch, self.iter) == self.at and _rank() == self.rank: signal.raise_signal(self.sig)
 
+class RecordX(Callback):
+    "Keep the training inputs after the mix (MixUp's and CutMix's order is 0) at the fit's steps `steps`"
+    order = 1
+    def __init__(self, steps=(0, 1, 5, 7)): self.steps, self.seen = steps, {}
+    def before_batch(self):
+        if self.training and self.train_iter in self.steps: self.seen[self.train_iter] = self.xb[0].tolist()
+
+class WidenOn(Callback):
+    """On rank `rank`, one column more in the inputs while MixUp (order 0) mixes them (`order=-1` widens, `order=1`
+    narrows again): that rank's batch differs in shape from the others' at the exchange"""
+    def __init__(self, rank, order): self.rank, self.order = rank, order
+    def before_batch(self):
+        if _rank() != self.rank: return
+        x = self.xb[0]
+        self.learn.xb = (torch.cat([x, x[:, :1]], 1) if self.order < 0 else x[:, :N_IN],)
+
+class CpuScaler(Callback):
+    """fastai's `MixedPrecision` makes a CUDA `GradScaler`, disabled on a machine without CUDA: at the first training
+    pass of a fit (before `Checkpoint` restores the loop's state there) this puts an enabled CPU one in its place, its
+    scale growing every 3 steps, and keeps its last state at `after_fit` (before `MixedPrecision` drops it)"""
+    order = 9
+    def __init__(self, out): self.out, self.done = out, False
+    def before_fit(self): self.done = False
+    def before_train(self):
+        if not self.done: self.learn.scaler = torch.amp.GradScaler('cpu', init_scale=2.**10, growth_interval=3)
+        self.done = True
+    def after_fit(self): self.out['scaler'] = self.learn.scaler.state_dict()
+
 def checkpointed(learn, name:str, out:dict):
     """fit_one_cycle with distrib's Checkpoint (`ckpt_stop`: SIGUSR1 on rank 1 after batch 1 of epoch 1 stops every
     rank with a checkpoint, `Preempted`; `ckpt_resume`: resumes from it); returns False when the fit was stopped"""
@@ -95,6 +133,8 @@ def checkpointed(learn, name:str, out:dict):
     learn.path = Path(os.environ['FASTAI_JOB_CKPT'])
     ck = Checkpoint(signals=('SIGTERM', 'SIGUSR1'), keep_last=None)
     cbs = [ck] + ([SignalAt(signal.SIGUSR1, 1, 1, 1)] if name == 'ckpt_stop' else [])
+    if os.environ.get('FASTAI_JOB_MIX'): cbs.append(MixUp(0.4))
+    if os.environ.get('FASTAI_JOB_FP16'): learn.to_fp16(); cbs.append(CpuScaler(out))
     try: learn.fit_one_cycle(2, 1e-2, cbs=cbs)
     except Preempted as e:
         s = torch.load(e.file, weights_only=True)
@@ -105,8 +145,11 @@ def checkpointed(learn, name:str, out:dict):
 
 def run_case(name:str, bs:int)->dict:
     "Case `name` with batch size `bs` per process: what fastai reports"
-    learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam', ignore=name.startswith('ignore')), {}
-    ctx = learn.distrib_ctx() if hasattr(learn, 'distrib_ctx') and bs == job_bs() and _world() > 1 else _null()
+    learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam', ignore=name.startswith('ignore'),
+                         image=name == 'cutmix'), {}
+    mix = name in ('mixup', 'cutmix')   # distrib's draws: the reference is under distrib_ctx in one process too
+    ctx = (learn.distrib_ctx() if hasattr(learn, 'distrib_ctx') and (mix or bs == job_bs() and _world() > 1)
+           else _null())
     with ctx:
         if name == 'fit': learn.fit(2, 1e-2)
         elif name == 'sgd': learn.fit(2, 0.1)
@@ -117,7 +160,10 @@ def run_case(name:str, bs:int)->dict:
         elif name == 'grad_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=4*bs*_world()))
         elif name == 'ignore': learn.fit(2, 1e-2)
         elif name == 'ignore_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=2*bs*_world()))
-        elif name == 'mixup': learn.fit(1, 1e-2, cbs=MixUp(0.4))
+        elif mix:
+            rec = RecordX()
+            learn.fit_one_cycle(2, 1e-2, cbs=[MixUp(0.4) if name == 'mixup' else CutMix(1.), rec])
+            out['mix_x'] = {str(k): v for k, v in rec.seen.items()}
         elif name == 'lr_find':
             r = learn.lr_find(num_it=20, show_plot=False)
             out['valley'], out['lrs'], out['losses'] = r.valley, learn.recorder.lrs, [float(l) for l in learn.recorder.losses]
@@ -138,12 +184,14 @@ def run_case(name:str, bs:int)->dict:
             if not checkpointed(learn, name, out):
                 out['weights'] = torch.cat([p.detach().float().flatten() for p in learn.model.parameters()]).tolist()
                 return out
+        elif name == 'mix_shapes':   # rank 1's batch one column wider at MixUp: its exchange refuses it
+            learn.fit(1, 1e-2, cbs=[WidenOn(1, -1), MixUp(0.4), WidenOn(1, 1)])
         elif name in ('cancel_one', 'cancel_all'):
             learn.fit(2, 1e-2, cbs=CancelOn(1 if name == 'cancel_one' else None))
         elif name == 'nan_one':   # a NaN loss on rank 1 alone: fastai's TerminateOnNaNCallback cancels there only
             learn.fit(2, 1e-2, cbs=[NaNOn(1), TerminateOnNaNCallback()])
         if name != 'lr_find': out['values'] = [[float(v) for v in row] for row in learn.recorder.values]
-        if name not in ('lr_find', 'mixup', 'save', 'timing'):
+        if name not in ('lr_find', 'save', 'timing'):
             preds, targs, losses = learn.get_preds(with_loss=True)
             out['preds'], out['targs'], out['losses'] = preds.tolist(), targs.tolist(), losses.tolist()
             out['validate'] = [float(v) for v in learn.validate()]
@@ -178,6 +226,11 @@ if __name__ == '__main__':
         w = torch.tensor(res[name]['weights'], dtype=torch.float64)   # every rank holds the same weights
         spread = (all_reduce_sum(w) / _world() - w).abs().max().item()
         res[name]['rank_spread'] = all_reduce_sum(torch.tensor(spread, dtype=torch.float64)).item()
+        if 'mix_x' in res[name]:   # every rank's mixed inputs, by rank
+            import torch.distributed as dist
+            every = [None] * _world()
+            dist.all_gather_object(every, res[name]['mix_x'])
+            res[name]['mix_x'] = every
         print(f"CASE {name} done", flush=True)
     import os
     if int(os.environ['RANK']) == 0:
