@@ -133,7 +133,7 @@ def run_case(name:str, bs:int)->dict:
             out['export'] = str(learn.path/'export.pkl')
         elif name == 'timing':   # seconds per training step, over 20 epochs (bench/fastai_distributed.py)
             learn.fit(1, 1e-2); t0 = time.perf_counter(); learn.fit(20, 1e-2)
-            out['step_ms'] = (time.perf_counter() - t0) * 1000 / (20 * len(learn.dls.train))
+            out['step_ms'] = (time.perf_counter() - t0) * 1000 / learn.train_iter   # the fit's steps
         elif name in ('ckpt_stop', 'ckpt_resume'):
             if not checkpointed(learn, name, out):
                 out['weights'] = torch.cat([p.detach().float().flatten() for p in learn.model.parameters()]).tolist()
@@ -172,9 +172,13 @@ if __name__ == '__main__':
     from distrib.runtime.collectives import all_reduce_sum
     import os
     import fastai_job   # noqa: the cases as that module's, so that what export pickles names it, not __main__
-    path, names, res = sys.argv[1], sys.argv[2:], {}
+    import distrib.fastai as dfa
+    path, names, res, started = sys.argv[1], sys.argv[2:], {}, []
+    dfa.start_sum = (lambda f: lambda n: started.append(1) or f(n))(dfa.start_sum)   # ItemMean's all-reduces of a count
     for name in names:
+        k = len(started)
         res[name] = fastai_job.run_case(name, fastai_job.job_bs())
+        res[name]['count_all_reduces'] = len(started) - k
         w = torch.tensor(res[name]['weights'], dtype=torch.float64)   # every rank holds the same weights
         spread = (all_reduce_sum(w) / _world() - w).abs().max().item()
         res[name]['rank_spread'] = all_reduce_sum(torch.tensor(spread, dtype=torch.float64)).item()
