@@ -348,7 +348,7 @@ class ItemMean(Callback):
     changed after `before_batch` counted them (a callback of an order above 9.5: this one runs right after
     fastai's `CastToTensor`, 9, which replaces `yb` by plain tensors, and before `MixedPrecision`, 10)."""
     order, run_valid = 9.5, False
-    _early = None   # (loss_func, targets, their version, count, its all-reduce or None: with the gradients) of this batch
+    _early = None   # (loss_func, targets, their version, count, its all-reduce or None) of this batch
 
     def __init__(self, shares:_Shares|None=None): self.shares, self._folds, self._clean = shares, False, True
 
