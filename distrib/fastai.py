@@ -335,8 +335,8 @@ class ItemMean(Callback):
     A fastai loader is not a `DistributedDL`: the ranks' counts are never known equal, and the global count `N`
     is summed over the ranks at each training batch. When the trainer's DDP has the hook `_sum_over_items` (no
     `comm_hook` of the user's, no `compile`, float32 or float64 parameters), no fastai `GradientAccumulation` is in
-    the fit, DDP synchronises this backward and the gradients start at zero (the previous training batch reached
-    its `after_step`, after which fastai zeroes them, or it is the fit's first), the count travels with the
+    the fit, DDP synchronises this backward and the gradients start at zero (the previous training batch, of this
+    fit or an earlier one, reached its `after_step`, after which fastai zeroes them), the count travels with the
     gradients: `loss_grad`, this rank's batch mean, becomes the batch's summed loss (`n` times the mean; 0 where `n`
     is 0, whose mean is NaN), `n` this rank's share, and DDP's all-reduce of the gradients, with the shares
     appended, divides the summed gradients by `N`. Otherwise one all-reduce of the count `n`
@@ -353,9 +353,9 @@ class ItemMean(Callback):
     def __init__(self, shares:_Shares|None=None): self.shares, self._folds, self._clean = shares, False, True
 
     def before_fit(self):
-        "Whether the count may travel with the gradients in this fit (no fastai `GradientAccumulation`)"
+        """Whether the count may travel with the gradients in this fit (no fastai `GradientAccumulation`); the
+        gradients are as the previous fit left them (zero unless it ended in the middle of an accumulation)"""
         self._folds = self.shares is not None and not any(isinstance(cb, GradientAccumulation) for cb in self.learn.cbs)
-        self._clean = True
 
     def before_batch(self):
         "Count this batch's items; start their all-reduce, during the forward, unless they travel with the gradients"
