@@ -302,45 +302,91 @@ def gather_preds(cb:GatherPredsCallback, dl):
     for a, v in held.items(): setattr(cb, a, apply(lambda t: next(rows), v))
 
 # %% ../nbs/44_fastai.ipynb #b2d1f8e3
+class _Shares:
+    """The state of DDP's communication hook `_sum_over_items`: `share`, this rank's share of what the summed
+    gradients of the coming backward are divided by (a 0-d tensor; None: 1, DDP's mean over the ranks); `hooked`,
+    whether the hook is registered on the trainer's DDP now; `group`, DDP's process group"""
+    def __init__(self): self.share, self.hooked, self.group = None, False, None
+
+def _sum_over_items(state:_Shares, bucket):   # no annotations: DDP checks them (a string here)
+    """A DDP communication hook (`DistributedDataParallel.register_comm_hook`): one all-reduce (sum) of the bucket's
+    gradients with this rank's `state.share` (1 when None) appended as one more element, then the gradients divided
+    by the summed shares. With every rank's share 1, DDP's own mean over the ranks; with every rank's gradient that
+    of its items' summed loss and its share their count, the mean over the global batch's items: the count travels
+    with the gradients, no collective of its own. The shares are summed in the gradients' dtype (float32: exact to
+    2**24 items a step, beyond that within float32's round-off). Returns the future of the divided gradients."""
+    g, s = bucket.buffer(), state.share
+    share = torch.ones(1, dtype=g.dtype, device=g.device) if s is None else s.reshape(1).to(g.device, g.dtype)
+    fut = dist.all_reduce(torch.cat([g, share]), group=state.group, async_op=True).get_future()
+    def divide(f):
+        t = f.value()[0]
+        return t[:-1].div_(t[-1:].clamp_min(torch.finfo(t.dtype).tiny))
+    return fut.then(divide)
+
 class ItemMean(Callback):
     """distrib's `ItemMean` (`distrib.losses`) on fastai's `Learner`: every item of a global batch weighs alike over
     the ranks, for a loss `distrib.losses.item_count` knows (`nn.CrossEntropyLoss`/`nn.NLLLoss` with 'mean', bare or
     in fastai's `CrossEntropyLossFlat`, over class indices): the gradient is the loss summed over the batch's items
     on every rank divided by their number over all ranks (targets other than `ignore_index`, or the sum of their
     class weights), as fastai alone computes it with the global batch. Added by `DistributedTrainer`; it does nothing
-    for other losses and outside training.
+    for other losses and outside training. `shares`: the state of the trainer's DDP hook `_sum_over_items`, None
+    when it has none.
 
-    At each training batch, one all-reduce of the batch's count `n` (`distrib.losses.start_sum`: on the count's device
-    with the group's backend for it), started in `before_batch` and waited for in `after_loss` (a distrib collective),
-    where `loss_grad`, this rank's batch mean, is scaled by `n*W/N` (DDP then averages the W ranks; 0 where `n` is 0,
-    whose mean is NaN). Under fastai's `GradientAccumulation` (order 6, so its `after_loss` comes first) each
-    micro-batch is scaled so: the window is then the average of the global micro-batches' means weighted by their
-    sizes, as fastai alone accumulates it. A fastai loader is not a `DistributedDL`: the ranks' counts are never known
-    equal, so the all-reduce always runs. Raises `RuntimeError` in `after_loss` when `learn.yb` or `learn.loss_func`
+    A fastai loader is not a `DistributedDL`: the ranks' counts are never known equal, and the global count `N`
+    is summed over the ranks at each training batch. When the trainer's DDP has the hook `_sum_over_items` (no
+    `comm_hook` of the user's, no `compile`, float32 or float64 parameters), no fastai `GradientAccumulation` is in
+    the fit, DDP synchronises this backward and the gradients start at zero (the previous training batch, of this
+    fit or an earlier one, reached its `after_step`, after which fastai zeroes them), the count travels with the
+    gradients: `loss_grad`, this rank's batch mean, becomes the batch's summed loss (`n` times the mean; 0 where `n`
+    is 0, whose mean is NaN), `n` this rank's share, and DDP's all-reduce of the gradients, with the shares
+    appended, divides the summed gradients by `N`. Otherwise one all-reduce of the count `n`
+    (`distrib.losses.start_sum`: on the count's device with the group's backend for it), started in `before_batch`
+    and waited for in `after_loss` (a distrib collective), where `loss_grad` is scaled by `n*W/N` (DDP then averages
+    the W ranks). Under fastai's `GradientAccumulation` (order 6, so its `after_loss` comes first) each micro-batch
+    is scaled so: the window is then the average of the global micro-batches' means weighted by their sizes, as
+    fastai alone accumulates it. Raises `RuntimeError` in `after_loss` when `learn.yb` or `learn.loss_func`
     changed after `before_batch` counted them (a callback of an order above 9.5: this one runs right after
     fastai's `CastToTensor`, 9, which replaces `yb` by plain tensors, and before `MixedPrecision`, 10)."""
     order, run_valid = 9.5, False
-    _early = None   # (loss_func, targets, their version, count, its all-reduce) of this batch
+    _early = None   # (loss_func, targets, their version, count, its all-reduce or None) of this batch
+
+    def __init__(self, shares:_Shares|None=None): self.shares, self._folds, self._clean = shares, False, True
+
+    def before_fit(self):
+        """Whether the count may travel with the gradients in this fit (no fastai `GradientAccumulation`); the
+        gradients are as the previous fit left them (zero unless it ended in the middle of an accumulation)"""
+        self._folds = self.shares is not None and not any(isinstance(cb, GradientAccumulation) for cb in self.learn.cbs)
 
     def before_batch(self):
-        "Start the all-reduce of this batch's count, during the forward"
+        "Count this batch's items; start their all-reduce, during the forward, unless they travel with the gradients"
         learn, self._early = self.learn, None
+        sh, clean, self._clean = self.shares, self._clean, False
+        if sh is not None: sh.share = None
         n = item_count(learn.loss_func, *learn.yb)
-        if n is not None: self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, n, start_sum(n))
+        if n is None: return
+        fold = self._folds and clean and sh.hooked and getattr(learn.model, 'require_backward_grad_sync', False)
+        self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, n, None if fold else start_sum(n))
 
     def after_loss(self):
-        "Scale this rank's batch mean `loss_grad` by `n*W/N`"
+        "Scale this rank's batch mean `loss_grad`: by `n` (the hook divides by `N`), or by `n*W/N`"
         early, self._early = self._early, None
         if early is None: return
         learn, (lf, targ, version, n, work) = self.learn, early
-        N = finish_sum(work, n.device)   # the other ranks started it too: waited for before any raise
+        N = None if work is None else finish_sum(work, n.device)   # the other ranks started it too: waited for first
         if not (lf is learn.loss_func and len(learn.yb) == 1 and learn.yb[0] is targ and targ._version == version):
             raise RuntimeError("ItemMean counted this batch's targets in before_batch (its order is 9.5), and learn.yb "
                                "or learn.loss_func changed after that: give the callback that changes them an order "
                                "below 9.5 (or change them before the batch reaches the Learner)")
-        lg, W = learn.loss_grad, current_world().world_size
-        f = (n*W/N.clamp_min(torch.finfo(N.dtype).tiny)).to(lg.dtype)
+        lg = learn.loss_grad
+        if N is None: f, self.shares.share = n.to(lg.dtype), n
+        else: f = (n*current_world().world_size/N.clamp_min(torch.finfo(N.dtype).tiny)).to(lg.dtype)
         learn.loss_grad = torch.where(n > 0, lg*f, torch.zeros_like(lg))
+
+    def after_backward(self):
+        if self.shares is not None: self.shares.share = None
+    def after_step(self):
+        "fastai zeroes the gradients next: the next batch's start at zero"
+        self._clean = True
 
 # %% ../nbs/44_fastai.ipynb #368fc1de
 import warnings
@@ -553,12 +599,25 @@ class DistributedTrainer(ddp.DistributedTrainer):
         check_metrics(self.learn.metrics)
         self.watch = LoopWatch(first=True)
         self.watch_body = LoopWatch(first=False, partner=self.watch, at_end=self.after_all_fit)
+        self.shares = _Shares()   # of the DDP hook `_wrap_model` registers
         super().wrap()
-        self.items, self.mix = ItemMean(), MixDraws()
+        self.items, self.mix = ItemMean(self.shares), MixDraws()
         self.learn.add_cbs([self.watch, self.watch_body, self.items, self.mix])
         self.splitter = self.learn.splitter   # fastai's create_opt splits the model it holds: the plain module
         self.learn.splitter = lambda m: self.splitter(unwrap_model(m))
         self.trainable, self.acc = self._trainable(), []
+
+    def _wrap_model(self, model, device, compile_opts):
+        """distrib's (`model` in DDP), with DDP's communication hook `_sum_over_items`, with which `ItemMean`'s count
+        travels with the gradients, when the user gave no `comm_hook`, nothing is compiled, and the parameters that
+        train are float32 or float64 (a count summed in float16 or bfloat16 would not be exact)"""
+        ddp, sh = super()._wrap_model(model, device, compile_opts), self.shares
+        sh.hooked = (self.comm_hook is None and compile_opts is None and not self.compiled
+                     and all(p.dtype in (torch.float32, torch.float64) for p in model.parameters() if p.requires_grad))
+        if sh.hooked:
+            sh.group = ddp.process_group
+            ddp.register_comm_hook(sh, _sum_over_items)
+        return ddp
 
     def loop(self):
         "The object whose `loop_position()` the heartbeat reports: the `LoopWatch` on fastai's events"
@@ -575,7 +634,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
     def plain(self):
         """Context manager: the Learner as it is without distrib (its model, loaders, splitter and callbacks), for
         fastai's `export` to pickle"""
-        l, ours = self.learn, (self, self.watch, self.watch_body, self.items)
+        l, ours = self.learn, (self, self.watch, self.watch_body, self.items, self.mix)
         saved = dict(model=l.model, dls=l.dls, splitter=l.splitter, cbs=l.cbs, world=getattr(l, 'world', None))
         hidden = {cb.name: l.__dict__.pop(cb.name) for cb in ours if cb.name in l.__dict__}
         l.model, l.dls, l.splitter, l.world = self.inner, self.dls, self.splitter, None

@@ -59,13 +59,16 @@ def test_as_one_process_3(name, tmp_path_factory):
 def test_items_alike_over_ranks(name, tmp_path_factory):
     """Targets with -100 (CrossEntropyLossFlat(ignore_index=-100)), a different number on each rank at most steps:
     2 ranks x B train as one process with 2B, every item of a global batch weighing alike (distrib.fastai.ItemMean),
-    without and with GradientAccumulation. What fastai reports of the losses is each rank's batch mean weighed by
-    its batch size (fastai's own, not a mean over items): only the weights are compared"""
+    without and with GradientAccumulation: without, the count travels with DDP's all-reduce of the gradients (no
+    all-reduce of its own); with it, one all-reduce of the count per micro-batch. What fastai reports of the losses
+    is each rank's batch mean weighed by its batch size (fastai's own, not a mean over items): only the weights are
+    compared"""
     ours = ran(2, ('ignore', 'ignore_acc'), tmp_path_factory)[name]
     ref = job.run_case(name, 2*job.B)
     d = diff(ours['weights'], ref['weights'])
-    print(f"\n2 processes, {name}: weights {d:.1e}")
+    print(f"\n2 processes, {name}: weights {d:.1e}, the count's own all-reduces {ours['count_all_reduces']}")
     assert ours['rank_spread'] == 0 and d <= 1e-5, d
+    assert (ours['count_all_reduces'] == 0) == (name == 'ignore'), ours['count_all_reduces']
 
 def test_lr_find(tmp_path_factory):
     "lr_find's curve and suggestion as one process's; every rank has the weights put back"

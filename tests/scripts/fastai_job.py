@@ -123,6 +123,27 @@ class CpuScaler(Callback):
         self.done = True
     def after_fit(self): self.out['scaler'] = self.learn.scaler.state_dict()
 
+class _TrainStart(Callback):
+    "Note when a training pass starts (the first callback of `before_train`)"
+    order, t0 = -10**7, 0.
+    def before_train(self): self.t0 = time.perf_counter()
+class _TrainEnd(Callback):
+    "Add the pass's seconds to `start.secs` (the last callback of `after_train`)"
+    order = 10**7
+    def __init__(self, start): self.start, self.secs = start, 0.
+    def after_train(self): self.secs += time.perf_counter() - self.start.t0
+
+def timed_fit(learn, epochs:int=20)->dict:
+    """`learn.fit(epochs, 1e-2)` timed, per training step (the fit's steps, `learn.train_iter`), in ms: `step_ms` the
+    fit's wall time (its validations included), `train_ms` the training passes' alone (`before_train` to
+    `after_train`, every callback included), `main_cpu_ms` and `process_cpu_ms` the CPU time of this process's main
+    thread and of all its threads (gloo's included) over the fit (bench/fastai_distributed.py)"""
+    start = _TrainStart(); end = _TrainEnd(start)
+    t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+    learn.fit(epochs, 1e-2, cbs=[start, end])
+    t, c, p, n = time.perf_counter() - t0, time.thread_time() - c0, time.process_time() - p0, learn.train_iter
+    return dict(step_ms=t*1000/n, train_ms=end.secs*1000/n, main_cpu_ms=c*1000/n, process_cpu_ms=p*1000/n)
+
 def checkpointed(learn, name:str, out:dict):
     """fit_one_cycle with distrib's Checkpoint (`ckpt_stop`: SIGUSR1 on rank 1 after batch 1 of epoch 1 stops every
     rank with a checkpoint, `Preempted`; `ckpt_resume`: resumes from it); returns False when the fit was stopped"""
@@ -177,9 +198,8 @@ def run_case(name:str, bs:int)->dict:
             learn.save('final'); learn.export('export.pkl')
             out['files'] = sorted(str(p.relative_to(learn.path)) for p in learn.path.rglob('*'))
             out['export'] = str(learn.path/'export.pkl')
-        elif name == 'timing':   # seconds per training step, over 20 epochs (bench/fastai_distributed.py)
-            learn.fit(1, 1e-2); t0 = time.perf_counter(); learn.fit(20, 1e-2)
-            out['step_ms'] = (time.perf_counter() - t0) * 1000 / (20 * len(learn.dls.train))
+        elif name == 'timing':   # ms per training step, over 20 epochs (bench/fastai_distributed.py)
+            learn.fit(1, 1e-2); out.update(timed_fit(learn))
         elif name in ('ckpt_stop', 'ckpt_resume'):
             if not checkpointed(learn, name, out):
                 out['weights'] = torch.cat([p.detach().float().flatten() for p in learn.model.parameters()]).tolist()
@@ -220,9 +240,13 @@ if __name__ == '__main__':
     from distrib.runtime.collectives import all_reduce_sum
     import os
     import fastai_job   # noqa: the cases as that module's, so that what export pickles names it, not __main__
-    path, names, res = sys.argv[1], sys.argv[2:], {}
+    import distrib.fastai as dfa
+    path, names, res, started = sys.argv[1], sys.argv[2:], {}, []
+    dfa.start_sum = (lambda f: lambda n: started.append(1) or f(n))(dfa.start_sum)   # ItemMean's all-reduces of a count
     for name in names:
+        k = len(started)
         res[name] = fastai_job.run_case(name, fastai_job.job_bs())
+        res[name]['count_all_reduces'] = len(started) - k
         w = torch.tensor(res[name]['weights'], dtype=torch.float64)   # every rank holds the same weights
         spread = (all_reduce_sum(w) / _world() - w).abs().max().item()
         res[name]['rank_spread'] = all_reduce_sum(torch.tensor(spread, dtype=torch.float64)).item()
