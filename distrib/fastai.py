@@ -283,7 +283,8 @@ def sync_metrics(metrics, dl):
     acc = [m for m in metrics if isinstance(m, AccumMetric) and not callable(getattr(m, 'sync', None))]
     if acc:
         rows = _rows_many([t for m in acc for t in _accum_tensors(m)], dl, "metrics " + ', '.join(m.name for m in acc))
-        for m, p, t in zip(acc, rows[::2], rows[1::2]): m.preds, m.targs = [p], [t] if len(t) else []
+        for m, p, t in zip(acc, rows[::2], rows[1::2]):   # a pass without targets (a test_dl) accumulated nothing
+            m.preds, m.targs = ([p], [t]) if len(t) else ([], [])   # fastai's value is then None, as in one process
     for m in metrics:
         if not any(m is a for a in avg + acc): sync_metric(m, dl)
 

@@ -70,6 +70,19 @@ def test_items_alike_over_ranks(name, tmp_path_factory):
     assert ours['rank_spread'] == 0 and d <= 1e-5, d
     assert (ours['count_all_reduces'] == 0) == (name == 'ignore'), ours['count_all_reduces']
 
+@pytest.mark.parametrize('nproc', [2, 3])
+def test_fastai_pipelines(nproc, tmp_path_factory):
+    """fastai's DataLoaders stay fastai's under distrib_ctx: an item and a batch transform run on each rank's shard,
+    `n_inp`, `decode_batch` and `show_batch(show=False)` undo them on that rank's items (checked in the job), and
+    `get_preds(dl=dls.test_dl(items))` returns every item's prediction once, in order, as one process's; training
+    (`fit_one_cycle`) and what fastai reports are one process's with the global batch"""
+    ours = ran(nproc, ('tfms',), tmp_path_factory)['tfms']
+    d = compare('tfms', ours, nproc)
+    tp = diff(ours['test_preds'], ours['preds'])
+    print(f"test_dl's predictions against the validation's: {tp:.1e}")
+    assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
+    assert len(ours['test_preds']) == job.N_VALID and tp == 0
+
 def test_lr_find(tmp_path_factory):
     "lr_find's curve and suggestion as one process's; every rank has the weights put back"
     ours, ref = ran(2, ('lr_find', 'save'), tmp_path_factory)['lr_find'], job.run_case('lr_find', 2*job.B)

@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from fastai.learner import Learner
 from fastai.data.core import DataLoaders, Datasets, TfmdDL
+from fastai.torch_core import TensorBase
+from fasttransform import Transform   # fastai 2.8: fastcore.transform moved there
 from fastai.losses import CrossEntropyLossFlat
 from fastai.metrics import accuracy, error_rate, top_k_accuracy, F1Score, AccumMetric
 from fastai.optimizer import OptimWrapper
@@ -41,6 +43,42 @@ Y_IMG = (X_IMG[:, 0, :3].mean((1, 2)) > 0).long() + (X_IMG[:, 1, 2:, 3:].mean((1
 def get_x_img(i): return X_IMG[i]
 def get_y_img(i): return Y_IMG[i]
 
+class TensorIn(TensorBase): "The inputs' type, so that the batch transform leaves the targets alone"
+
+class Scale(Transform):
+    "An item transform with its decode: the inputs times 2"
+    def encodes(self, x:torch.Tensor): return TensorIn(x*2)
+    def decodes(self, x:TensorIn): return x/2
+
+class Shift(Transform):
+    "A batch transform (`after_batch`) with its decode: the inputs plus 0.5"
+    def encodes(self, x:TensorIn): return x + 0.5
+    def decodes(self, x:TensorIn): return x - 0.5
+
+def data_tfms(bs:int):
+    """`data(bs)` through fastai's pipelines: an item transform (`Scale`) and a batch transform (`Shift`), both with
+    their decodes (the case `tfms`)"""
+    dss = [Datasets(list(range(a, b)), tfms=[[get_x, Scale()], [get_y]])
+           for a, b in ((0, N_TRAIN), (N_TRAIN, N_TRAIN + N_VALID))]
+    kw = dict(shuffle=False, num_workers=0, after_batch=[Shift()])
+    return DataLoaders(TfmdDL(dss[0], bs=bs, drop_last=True, **kw), TfmdDL(dss[1], bs=bs, **kw))
+
+def dls_api(learn)->dict:
+    """fastai's DataLoaders API on `learn.dls` (each rank's shards under distrib_ctx): `n_inp`, `decode_batch` and
+    `show_batch(show=False)` undo both transforms (this rank's first validation item is item `N_TRAIN + rank`),
+    `test_dl` over the validation items gives, through `get_preds`, every item's prediction once, in order"""
+    dv, r = learn.dls.valid, _rank() if _world() > 1 else 0
+    b = dv.one_batch()
+    x0 = dv.decode_batch(b)[0][0]
+    shown = learn.dls.train.show_batch(show=False, max_n=3)
+    assert learn.dls.n_inp == 1 and len(b) == 2 and isinstance(b[0], TensorIn), (learn.dls.n_inp, type(b[0]))
+    assert torch.allclose(b[0][0], X[N_TRAIN + r]*2 + 0.5), "the transforms did not run on this rank's item"
+    assert torch.allclose(x0, X[N_TRAIN + r]), f"decode_batch: {x0} is not item {N_TRAIN + r}'s input"
+    assert torch.allclose(shown[2][0][0], X[r]), "show_batch's decoded first item is not this rank's first"
+    preds, targs = learn.get_preds(dl=learn.dls.test_dl(list(range(N_TRAIN, N_TRAIN + N_VALID))))
+    assert targs is None and len(preds) == N_VALID, (targs, len(preds))
+    return dict(test_preds=preds.tolist())
+
 def data(bs:int, ignore:bool=False, image:bool=False):
     """fastai DataLoaders of a fixed synthetic 3-class problem: the training loader in order, with drop_last;
     `ignore`: some targets are -100 (ignored by the loss, as a language model's padding); `image`: 2 x 5 x 6 inputs"""
@@ -53,15 +91,17 @@ def _mean_acc(p, t): return (p.argmax(-1) == t).float().mean()
 
 def splitter(m): return [list(m[0].parameters()), list(m[2].parameters())]
 
-def learner(bs:int, opt:str='adam', ignore:bool=False, image:bool=False)->Learner:
+def learner(bs:int, opt:str='adam', ignore:bool=False, image:bool=False, tfms:bool=False)->Learner:
     """The same model (seeded), loss, metrics and optimizer on every rank and in the reference; `ignore`: targets
-    with -100, `CrossEntropyLossFlat(ignore_index=-100)`; `image`: the images' data and a model that flattens them"""
+    with -100, `CrossEntropyLossFlat(ignore_index=-100)`; `image`: the images' data and a model that flattens them;
+    `tfms`: the data through fastai's item and batch transforms (`data_tfms`)"""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(N_IN, 16), nn.ReLU(), nn.Linear(16, N_OUT))
     kw = dict(opt_func=partial(OptimWrapper, opt=torch.optim.SGD)) if opt == 'sgd' else {}
     if image: model = nn.Sequential(nn.Flatten(), nn.Linear(X_IMG[0].numel(), 16), nn.ReLU(), nn.Linear(16, N_OUT))
     else: kw['splitter'] = splitter
-    learn = Learner(data(bs, ignore, image), model, loss_func=CrossEntropyLossFlat(ignore_index=-100),
+    dls = data_tfms(bs) if tfms else data(bs, ignore, image)
+    learn = Learner(dls, model, loss_func=CrossEntropyLossFlat(ignore_index=-100),
                     metrics=[accuracy, error_rate, partial(top_k_accuracy, k=2), F1Score(average='macro'),
                              AccumMetric(_mean_acc, flatten=False)], **kw)
     learn.remove_cb(learn.progress)
@@ -167,7 +207,7 @@ def checkpointed(learn, name:str, out:dict):
 def run_case(name:str, bs:int)->dict:
     "Case `name` with batch size `bs` per process: what fastai reports"
     learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam', ignore=name.startswith('ignore'),
-                         image=name == 'cutmix'), {}
+                         image=name == 'cutmix', tfms=name == 'tfms'), {}
     mix = name in ('mixup', 'cutmix')   # distrib's draws: the reference is under distrib_ctx in one process too
     ctx = (learn.distrib_ctx() if hasattr(learn, 'distrib_ctx') and (mix or bs == job_bs() and _world() > 1)
            else _null())
@@ -180,6 +220,7 @@ def run_case(name:str, bs:int)->dict:
         elif name == 'bf16': learn.to_bf16(); learn.fit(1, 1e-2)
         elif name == 'grad_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=4*bs*_world()))
         elif name == 'ignore': learn.fit(2, 1e-2)
+        elif name == 'tfms': learn.fit_one_cycle(2, 1e-2)
         elif name == 'ignore_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=2*bs*_world()))
         elif mix:
             rec = RecordX()
@@ -211,6 +252,7 @@ def run_case(name:str, bs:int)->dict:
         elif name == 'nan_one':   # a NaN loss on rank 1 alone: fastai's TerminateOnNaNCallback cancels there only
             learn.fit(2, 1e-2, cbs=[NaNOn(1), TerminateOnNaNCallback()])
         if name != 'lr_find': out['values'] = [[float(v) for v in row] for row in learn.recorder.values]
+        if name == 'tfms': out.update(dls_api(learn))   # after the values: get_preds resets the Recorder's
         if name not in ('lr_find', 'save', 'timing'):
             preds, targs, losses = learn.get_preds(with_loss=True)
             out['preds'], out['targs'], out['losses'] = preds.tolist(), targs.tolist(), losses.tolist()
