@@ -4,7 +4,7 @@
 
 # %% ../../nbs/04a_runtime.schema.ipynb #b5c0a002
 from __future__ import annotations
-import json, zlib, datetime
+import os, json, zlib, datetime
 from dataclasses import dataclass, asdict, fields
 
 # %% auto #0
@@ -89,6 +89,7 @@ class JobStore:
     WAITING_GEN, AT_RECORD_BYTES = _WAITING_GEN, _AT_RECORD_BYTES
     parse_heartbeat, encode_at_record = staticmethod(_parse_heartbeat), staticmethod(_encode_at_record)
     decode_at_record = staticmethod(_decode_at_record)
+    AT_DIR_ENV = 'DISTRIB_AT_DIR'  # the environment variable naming the node's directory of at-records
     def __init__(self, store, restart_count:int|None=None):
         self.store, self.pre = store, '' if restart_count is None else f"{JobStore.prefix(restart_count)}/"
 
@@ -102,6 +103,14 @@ class JobStore:
         (the main thread's stack as a wait starts), 'failure/<seq>', 'at/<rank>' (an at-record the agent copied),
         'barrier/...', 'cancel/...', 'work/<slot>/...' (a straggler round's counters) or 'stragglers'"""
         return self.pre + name
+
+    @staticmethod
+    def at_record_path(directory:str,     # the node's directory of at-records (`AT_DIR_ENV`)
+                       rank:int,          # the worker's global rank
+                       restart_count:int=0, # the attempt (torchrun's TORCHELASTIC_RESTART_COUNT)
+                      )->str:             # the file's path
+        "The local file of rank `rank`'s at-record in attempt `restart_count`, in `directory` (no store key)"
+        return os.path.join(directory, f"{restart_count}.{rank}")
 
     def hb_key(self, rank:int)->str: return self.key(f'hb/{rank}')
     def announce_key(self, n:int)->str: return self.key(f'rank0_only/{n}')

@@ -16,7 +16,7 @@ from .waits import stuck_error, wait_id
 from .stragglers import watch_stragglers
 
 # %% auto #0
-__all__ = ['stall_report_after', 'check_stall_timeout', 'stall_timeout_for', 'watch_stalls']
+__all__ = ['stall_timeout_for', 'watch_stalls']
 
 # %% ../../nbs/07_runtime.stalls.ipynb #5ffc1f65
 _STALL_FLOOR = 60.0   # seconds: the least time a rank is stuck before the default report
@@ -33,7 +33,7 @@ def _env_seconds(name:str)->float|None:
     if not t >= 0 or math.isinf(t): raise ValueError(f"{name}={v!r}: it must be a number of seconds >= 0 (0: off)")
     return t
 
-def stall_report_after()->float|None:
+def _stall_report_after()->float|None:
     """Seconds a rank stays stuck before its stall is reported: `DISTRIB_STALL_REPORT` (0: never); None when unset:
     the default, `max(_STALL_FLOOR, _STALL_STEPS` × the fit's median step time`)`. Raises `ValueError` for a value that
     is not a number >= 0."""
@@ -46,14 +46,16 @@ def _stall_timeout()->float|None:
     t = rank_state().stall_timeout
     return (t if t is not None else _env_seconds('DISTRIB_STALL_TIMEOUT')) or None
 
-def check_stall_timeout(t)->float|None:
-    "`t` as seconds (a number > 0, or None); `ValueError` otherwise, saying what to pass"
-    return seconds_or_none(t, 'stall_timeout={!r}', 'to only report stalls')
+def stall_timeout_for(t:float|None, # seconds a rank may stay stuck while others wait; None: leave it as it is
+                     ):
+    """Check `t` now, then return a context manager inside whose block `_stall_timeout()` is `t`
+    (`distrib_ctx(stall_timeout=...)`, which calls it first, also in a single process, and enters it once the group
+    exists). Raises `ValueError`, saying what to pass, for a `t` that is neither a number of seconds > 0 nor None."""
+    return _stall_timeout_block(seconds_or_none(t, 'stall_timeout={!r}', 'to only report stalls'))
 
 @contextmanager
-def stall_timeout_for(t:float|None, # seconds (`check_stall_timeout`); None: leave the setting as it is
-                     ):
-    "Context manager: `_stall_timeout()` is `t` inside the block (`distrib_ctx(stall_timeout=...)`)"
+def _stall_timeout_block(t:float|None):
+    "The block of `stall_timeout_for(t)`"
     st = rank_state()
     prev = st.stall_timeout
     if t is not None: st.stall_timeout = t
@@ -62,10 +64,10 @@ def stall_timeout_for(t:float|None, # seconds (`check_stall_timeout`); None: lea
 
 # %% ../../nbs/07_runtime.stalls.ipynb #54fa9d75
 def _stall_report_threshold(dog)->float:
-    """Seconds a rank stays stuck before its stall is reported: `stall_report_after()`, else `max(_STALL_FLOOR,
+    """Seconds a rank stays stuck before its stall is reported: `_stall_report_after()`, else `max(_STALL_FLOOR,
     _STALL_STEPS` × the fit's median step time`)`, which the rank's `_Watchdog` `dog` gives (`dog.median_step()`);
     `math.inf` when reports are off (`DISTRIB_STALL_REPORT=0`)"""
-    after = stall_report_after()
+    after = _stall_report_after()
     if after is None: after = max(_STALL_FLOOR, _STALL_STEPS * dog.median_step())
     return after or math.inf
 
