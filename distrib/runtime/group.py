@@ -315,7 +315,7 @@ def _teardown_at_exit():
         try: dist.destroy_process_group()
         except Exception: pass  # exiting anyway: a group that cannot be destroyed dies with the process
 
-# %% ../../nbs/08_runtime.group.ipynb #7c0858a9
+# %% ../../nbs/08_runtime.group.ipynb #bd367b82
 @contextmanager
 def run_as_rank(record_path:str|None=None, # this rank's ErrorRecord file; default torchrun's TORCHELASTIC_ERROR_FILE
                 parent:int|None=None,      # the launcher's pid; default: the parent's pid now

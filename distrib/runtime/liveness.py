@@ -12,11 +12,11 @@ from .world import World, current_world
 from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
 from .position import rank_state, reset_rank_state, position, describe, oldest_queued
-from .schema import JobStore, JobFailure
+from .schema import JobStore, JobFailure, Heartbeat
 
 # %% auto #0
 __all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'liveness_timeout', 'running', 'remember_position', 'peers_gone',
-           'add_check', 'waits_for_others', 'start_liveness', 'set_group_state', 'watched']
+           'waits_for_others', 'start_liveness', 'set_group_state', 'watched']
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9e9e7210
 INTERVAL = 1.0                   # seconds between two heartbeats of a rank (and two checks of its watchdog)
@@ -60,9 +60,9 @@ def _where_now()->str|None:
     p = position()
     return rank_state().failed_at or (describe(p) if p else None)
 
-def _heartbeat_where(hb:dict)->str|None:
+def _heartbeat_where(hb:Heartbeat)->str|None:
     "Where heartbeat `hb` says its rank is, in words; None when it says nothing"
-    return describe(hb['pos']) if hb.get('pos') else None
+    return describe(hb.pos) if hb.pos else None
 
 def _report_failure(e:BaseException,         # the exception this rank fails with
                    path:str|None=None,      # the ErrorRecord's file; default: `start_liveness`'s, else torchrun's
@@ -106,15 +106,15 @@ def _settle(rec:ErrorRecord|None):
     JobStore(st.main).await_failure(2, GRACE)  # no other report within GRACE (or no store): go on
 
 # %% ../../nbs/05_runtime.liveness.ipynb #df53b76b
-def _peer_verdict(hb:dict,          # the peer's last heartbeat
+def _peer_verdict(hb:Heartbeat,     # the peer's last heartbeat
                   silent:float,     # seconds its heartbeat has been unchanged, by this rank's clock
                   me:dict,          # this rank's {'group': ..., 'state': ...}
                   timeout:float,    # seconds of silence after which a peer counts as dead (`liveness_timeout()`)
                   proc:str|None,    # the peer's `proc_state`, None when it is on another machine
                  )->str|None:       # how the peer ended, in words; None while all is well
     "Whether the peer of heartbeat `hb` has failed this rank, and how it ended"
-    if hb.get('state') == 'exited':
-        code, group, mine = hb.get('code'), hb.get('group'), me.get('group')
+    if hb.exited:
+        code, group, mine = hb.code, hb.group, me.get('group')
         if code: return f"exited with code {code}"
         if mine == 'joining' or group in ('none', 'joining') and mine == 'joined':
             return "exited with code 0 before joining the process group (which can then never be complete)"
@@ -134,20 +134,14 @@ def peers_gone(hbs:dict, # rank -> its last heartbeat (`JobStore.heartbeats`), o
     st, me = rank_state(), identity()
     gone, quiet = {}, False
     for r, hb in hbs.items():
-        proc = proc_state(hb, me)
+        proc = proc_state(hb.ident, me)
         how = _peer_verdict(hb, 0., {'group': st.group}, float('inf'), proc)
         if how is None and proc == 'stopped': how = 'froze: its process is stopped (SIGSTOP or a debugger)'
         if how is not None: gone[r] = {'how': how, 'where': _heartbeat_where(hb)}
-        quiet = quiet or proc == 'gone' and hb.get('state') != 'exited'
+        quiet = quiet or proc == 'gone' and not hb.exited
     return gone, (_EXIT_RECORD_WAIT if quiet and _exits_recorded() else 0.)
 
 # %% ../../nbs/05_runtime.liveness.ipynb #01563515
-def add_check(check):
-    """Have the watchdog call `check(watchdog, now)` at each tick, after its store calls (the deadlock, stall and
-    straggler checks: `distrib.runtime.stalls.watch_stalls`); a check already added is not added twice"""
-    st = rank_state()
-    if check not in st.checks: st.checks = st.checks + (check,)
-
 def _main_stack(limit:int=12, # the innermost frames to keep
                )->str:        # the frames as `traceback.format_stack` writes them, innermost last
     "The Python stack of this process's main thread now, read from any thread; '' when it has none"
@@ -210,7 +204,7 @@ class _Watchdog(threading.Thread):
         "Make `write(js)`, one store call through a `JobStore`, the second call of a coming tick, in place of its read"
         self.todo.append(write)
 
-    def heartbeat(self, now:float)->dict:
+    def heartbeat(self, now:float)->Heartbeat:
         """This rank's heartbeat now; notes when its position last changed. The oldest collective queued and not
         done after the hold (`RankState.hold`; NCCL's, `mark_queued`) is its position, the main thread's after it"""
 
@@ -221,9 +215,9 @@ class _Watchdog(threading.Thread):
         if key != self.pos_key: self.pos, self.pos_key, self.pos_since = p, key, since
 
         self.beat += 1
-        return dict(self.me, beat=self.beat, state=st.state, code=st.code, group=st.group, pos=p,
-                    age=round(now - self.pos_since, 1), cancels=st.cancels, barriers=st.barriers, left=st.left,
-                    colls=st.colls)
+        return Heartbeat(**self.me, beat=self.beat, state=st.state, code=st.code, group=st.group, pos=p,
+                         age=round(now - self.pos_since, 1), cancels=st.cancels, barriers=st.barriers, left=st.left,
+                         colls=st.colls)
 
     def publish(self, store):
         """Publish this rank's heartbeat now through `store` (the main thread's client: the first heartbeat, a change
@@ -285,26 +279,26 @@ class _Watchdog(threading.Thread):
             if how is not None: return self.peer_failed(self.passed[0], how, self.passed[1])
         if self.watched is None: return
         if not self.known: self.known = self.store.check([hb_key])  # until its first heartbeat
-        else: self.watch(JobStore.parse_heartbeat(self.values[hb_key]), now)
+        else: self.watch(Heartbeat.decode(self.values[hb_key]), now)
 
-    def watch(self, hb:dict, now:float):
+    def watch(self, hb:Heartbeat, now:float):
         "The verdict on the watched rank from its heartbeat `hb`: report it if it failed this rank"
         beat, since = self.seen if self.seen is not None else (None, now)
-        if hb.get('beat') != beat: beat, since = hb.get('beat'), now
+        if hb.beat != beat: beat, since = hb.beat, now
         self.seen = (beat, since)
         st = rank_state()
         me = {'group': st.group, 'state': st.state}
-        proc = proc_state(hb, self.me)
+        proc = proc_state(hb.ident, self.me)
         how = _peer_verdict(hb, now - since, me, self.timeout, proc)
-        if how is not None and proc == 'gone' and hb.get('state') != 'exited' and _exits_recorded():
+        if how is not None and proc == 'gone' and not hb.exited and _exits_recorded():
             self.gone = self.gone or now  # its launcher publishes an exit without a goodbye: the failures counter
             if now - self.gone < _EXIT_RECORD_WAIT: return  # brings its words (`LauncherView.record_exit`) soon
         if how is not None: return self.peer_failed(self.watched, how, hb)
-        if hb.get('state') == 'exited' and self.watched != self.ring[-1]:  # it said goodbye: watch the next one
+        if hb.exited and self.watched != self.ring[-1]:  # it said goodbye: watch the next one
             self.passed = self.passed or (self.watched, hb)
             self.watched, self.known, self.seen = self.ring[self.ring.index(self.watched) + 1], False, None
 
-    def peer_failed(self, r:int, how:str, hb:dict):
+    def peer_failed(self, r:int, how:str, hb:Heartbeat):
         "Peer `r` (last heartbeat `hb`) failed this rank: report it and end"
         blame = {r: {'how': how, 'where': _heartbeat_where(hb)}}
         self.end(PeerFailedError(f"rank {self.world.rank} stops: {blame_text(blame)} (its last heartbeat)", blame))
@@ -487,7 +481,7 @@ def _stop_liveness(code:int|None=None, # the exit code; default: the script's, e
         if not dog.counted: JobStore(st.main).add(JobStore.WAITING, 1)  # an exited rank waits for nothing, for good
     except Exception: pass  # exiting: a store already gone (rank 0 ended first) has no reader left
 
-# %% ../../nbs/05_runtime.liveness.ipynb #da789cc7
+# %% ../../nbs/05_runtime.liveness.ipynb #9a38d4bb
 def _not_users(filename:str)->bool:
     "Whether a frame of file `filename` comes before the user's code: distrib's own, runpy's or contextlib's"
     if filename.startswith('<frozen runpy'): return True

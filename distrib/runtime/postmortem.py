@@ -7,21 +7,21 @@ from __future__ import annotations
 import os, shutil, tempfile
 from contextlib import contextmanager
 from .position import describe
-from .schema import JobStore, JobFailure
+from .schema import JobStore, JobFailure, Heartbeat
 from .liveness import waits_for_others
 from .waits import wait_id
 
 # %% auto #0
 __all__ = ['LauncherView']
 
-# %% ../../nbs/07a_runtime.postmortem.ipynb #a36533fd
-def _exit_verdict(hb:dict|None, # the rank's last heartbeat; None when it published none
+# %% ../../nbs/07a_runtime.postmortem.ipynb #6118c215
+def _exit_verdict(hb:Heartbeat|None, # the rank's last heartbeat; None when it published none
                   code:int,     # its exit code, as its launcher saw it
                  )->str:        # how the rank ended, in words
     """How a rank that exited without a goodbye in its heartbeat (`hb` not 'exited': `os._exit`, or an exit before
     its first heartbeat) ended, as its launcher saw it, in the words of liveness' verdict on a peer: before joining
     the process group, without leaving it, or after leaving it (its last heartbeat's `group`)"""
-    group = (hb or {}).get('group') or 'none'
+    group = hb.group if hb is not None else 'none'
     how = {'joined': "without leaving the process group",
            'left': "after leaving the process group, while the other ranks run"}.get(
                group, "before joining the process group (which can then never be complete)")
@@ -78,9 +78,9 @@ class LauncherView:
         heartbeat, an `add`, a `set`)."""
         js = JobStore(store, restart_count)
         hb = js.heartbeat(rank)
-        if hb and (hb.get('state') == 'exited' or code != 0): return None
+        if hb is not None and (hb.exited or code != 0): return None
         how = _exit_verdict(hb, code)
-        where = describe(hb['pos']) if (hb or {}).get('pos') else None
+        where = describe(hb.pos) if hb is not None and hb.pos else None
         info = JobFailure('exit', rank, how, where, {rank: {'how': how, 'where': where}}, code=code)
         js.report(info)
         return info
@@ -112,8 +112,7 @@ class LauncherView:
             try:
                 hbs = JobStore(store, n).all_heartbeats(world_size)  # with the at-records copied
                 for hb in hbs.values():  # no at-record copied (another launcher): the heartbeat's collective, if any
-                    at = None if hb.get('at') else _at_from_heartbeat(hb)
-                    if at is not None: hb['at'] = at
+                    if not hb.at: hb.at = _at_from_heartbeat(hb)
             except Exception: return {}  # no store to read (it is gone): the summary goes without positions
             if hbs: return hbs
         return {}
@@ -130,13 +129,13 @@ class LauncherView:
 
 
 # %% ../../nbs/07a_runtime.postmortem.ipynb #a1e5c0d2
-def _at_from_heartbeat(hb:dict)->dict|None:
+def _at_from_heartbeat(hb:Heartbeat)->dict|None:
     """The at-record (`{'pos', 'colls', 'seen': 'heartbeat'}`) that heartbeat `hb` shows: the distrib collective its
     main thread was in, with the number of collectives it had entered then (the collective's `id`, `doing`'s count);
     None when it shows none (or a collective queued on the GPU, which is not the last one entered)"""
-    p = hb.get('pos') or {}
+    p = hb.pos
     if p.get('op') != 'collective' or p.get('queued'): return None
-    n = p.get('id') if isinstance(p.get('id'), int) else hb.get('colls')
+    n = p.get('id') if isinstance(p.get('id'), int) else hb.colls
     return {'pos': p, 'colls': n, 'seen': 'heartbeat'}
 
 def _mismatch(hbs:dict, # rank -> last heartbeat (`LauncherView.last_positions`)
@@ -145,22 +144,22 @@ def _mismatch(hbs:dict, # rank -> last heartbeat (`LauncherView.last_positions`)
     Only positions that had not moved for a second (heartbeats are up to a second old) and the distrib collectives
     last entered (the at-records, `LauncherView.last_positions`) are compared, the latter only when every live rank
     has one and all have the same number: then the ranks' collectives of that number were certainly different calls."""
-    live = {r: hb for r, hb in hbs.items() if hb.get('state') != 'exited'}
-    ats = {r: hb['at'] for r, hb in live.items() if hb.get('at')}
+    live = {r: hb for r, hb in hbs.items() if not hb.exited}
+    ats = {r: hb.at for r, hb in live.items() if hb.at}
     if len(ats) == len(live) > 1 and len({a.get('colls') for a in ats.values()}) == 1:
         places = {tuple(wait_id(a.get('pos') or {})[:6]) + (a['pos'].get('name'),) for a in ats.values()}
         if len(places) > 1:
             return (f"the ranks' distrib collective number {next(iter(ats.values())).get('colls')} was not the same "
                     "call: " + '; '.join(f"rank {r} in {describe(a.get('pos') or {})}" for r, a in ats.items()) +
                     " (a collective ran on some ranks only, so the ranks' collectives were paired wrongly)")
-    live = {r: hb for r, hb in live.items() if hb.get('age', 0) >= 1}
+    live = {r: hb for r, hb in live.items() if hb.age >= 1}
     if len(live) < len(hbs): return None
-    colls = {r: hb.get('colls') for r, hb in live.items() if hb.get('colls') is not None}
+    colls = {r: hb.colls for r, hb in live.items() if hb.colls is not None}
     if len(set(colls.values())) > 1:
         return ("the ranks had entered different numbers of distrib collectives (" +
                 ', '.join(f"rank {r}: {n}" for r, n in colls.items()) + "): a collective ran on some ranks only, so "
                 "the ranks' collectives were paired wrongly (with another size or kind, gloo aborts the process)")
-    waiting = {r: hb['pos'] for r, hb in live.items() if waits_for_others(hb.get('pos') or {})}
+    waiting = {r: hb.pos for r, hb in live.items() if waits_for_others(hb.pos)}
     if len(waiting) > 1 and len({wait_id(p) for p in waiting.values()}) > 1:
         return "the ranks waited in different collectives: " + '; '.join(f"rank {r} in {describe(p)}"
                                                                          for r, p in waiting.items())
@@ -168,9 +167,9 @@ def _mismatch(hbs:dict, # rank -> last heartbeat (`LauncherView.last_positions`)
 
 def _positions_text(hbs:dict)->str:
     "The last positions `hbs` in words: 'rank 0 in <where> (after n distrib collectives); rank 1 ...'"
-    return '; '.join(f"rank {r} in {describe(hb.get('pos') or {})}" +
-                     (f" (after {hb['colls']} distrib collectives)" if hb.get('colls') is not None else '') +
-                     (f", last entering distrib collective number {hb['at'].get('colls')}, in "
-                      f"{describe(hb['at'].get('pos') or {})}" if hb.get('at') and not hb['at'].get('seen') else '')
+    return '; '.join(f"rank {r} in {describe(hb.pos)}" +
+                     (f" (after {hb.colls} distrib collectives)" if hb.colls is not None else '') +
+                     (f", last entering distrib collective number {hb.at.get('colls')}, in "
+                      f"{describe(hb.at.get('pos') or {})}" if hb.at and not hb.at.get('seen') else '')
                      for r, hb in hbs.items())
 
