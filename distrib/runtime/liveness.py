@@ -11,12 +11,12 @@ import torch.distributed as dist
 from .world import World, current_world
 from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
-from .position import rank_state, reset_rank_state, position, describe, oldest_queued
+from .position import rank_state, reset_rank_state, position, describe, oldest_queued, waits_for_others
 from .schema import JobStore, JobFailure, Heartbeat
 
 # %% auto #0
 __all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'liveness_timeout', 'running', 'remember_position', 'peers_gone',
-           'waits_for_others', 'start_liveness', 'set_group_state', 'watched']
+           'start_liveness', 'set_group_state', 'watched']
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9e9e7210
 INTERVAL = 1.0                   # seconds between two heartbeats of a rank (and two checks of its watchdog)
@@ -147,10 +147,6 @@ def _main_stack(limit:int=12, # the innermost frames to keep
     "The Python stack of this process's main thread now, read from any thread; '' when it has none"
     f = sys._current_frames().get(threading.main_thread().ident)
     return '' if f is None else ''.join(traceback.format_stack(f)[-limit:])
-
-def waits_for_others(p:dict)->bool:
-    "True when position `p` waits for other ranks: in a collective (or its set-up), DDP's gradient sync, a barrier"
-    return p.get('op') in ('collective', 'setup', 'barrier') or bool(p.get('sync'))
 
 def _note_step(p:dict, now:float):
     "Time the training steps from position `p` seen at `now` (the watchdog's tick), in the state's `steps`"

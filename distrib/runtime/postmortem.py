@@ -6,10 +6,8 @@
 from __future__ import annotations
 import os, shutil, tempfile
 from contextlib import contextmanager
-from .position import describe
+from .position import describe, waits_for_others, wait_id
 from .schema import JobStore, JobFailure, Heartbeat
-from .liveness import waits_for_others
-from .waits import wait_id
 
 # %% auto #0
 __all__ = ['LauncherView']

@@ -9,10 +9,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, LongPhaseTimeoutError,
                                     blame_text)
-from .position import rank_state, describe, position, seconds_or_none
+from .position import rank_state, describe, position, seconds_or_none, waits_for_others, wait_id
 from .schema import JobStore, JobFailure, Heartbeat
-from .liveness import waits_for_others
-from .waits import stuck_error, wait_id
+from .waits import stuck_error
 from .stragglers import watch_stragglers
 
 # %% auto #0

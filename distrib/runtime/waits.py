@@ -8,12 +8,12 @@ import time, datetime, threading
 import torch.distributed as dist
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, traceback_collective,
                                     blame_text)
-from .position import rank_state, doing, position, describe
+from .position import rank_state, doing, position, describe, wait_id
 from .schema import JobStore, Heartbeat
 from .liveness import INTERVAL, GRACE, running, peers_gone
 
 # %% auto #0
-__all__ = ['wait_id', 'stuck_error', 'store_barrier', 'announce', 'wait_for', 'agree_cancel', 'explain_failure']
+__all__ = ['stuck_error', 'store_barrier', 'announce', 'wait_for', 'agree_cancel', 'explain_failure']
 
 # %% ../../nbs/06_runtime.waits.ipynb #3acf805b
 _LONG_WAIT = 86400.    # seconds of one server-side wait when nothing is to be checked before (a failure wakes it)
@@ -30,10 +30,6 @@ def _late_how(hb:Heartbeat)->str:
         how += (" (a declared long phase: wait for it in distrib_barrier(), which waits through the store for as long "
                 "as it lasts, rather than in a collective)")
     return how
-
-def wait_id(p:dict)->tuple:
-    "What identifies one wait at position `p` across ranks: the loop's step and distrib's operation"
-    return tuple(p.get(k) for k in ('event', 'epoch', 'batch', 'training', 'level', 'sync', 'op', 'name', 'id'))
 
 def stuck_error(what:str,              # the wait, in words: 'all_reduce', "Learner.save's barrier"
                 rank:int,              # this rank, which waited
