@@ -333,10 +333,9 @@ def run_as_rank(record_path:str|None=None, # this rank's ErrorRecord file; defau
     group is destroyed (after a barrier when the block ended normally) and liveness stops. Re-raises what left
     the block."""
     die_with_parent(parent)
-    if liveness: watch_stalls()
     failed = True
     try:
-        with watched(record_path, start=liveness, fresh=fresh):
+        with watched(record_path, start=liveness, fresh=fresh, add_checks=watch_stalls):
             try: yield
             except Exception as e:  # explained: the ranks at fault named, `e` its cause
                 err = explain_failure(e, group_timeout())

@@ -528,20 +528,24 @@ def _report_leaving(e:BaseException, path:str|None):
 def watched(record_path:str|None=None, # this rank's ErrorRecord file; default torchrun's TORCHELASTIC_ERROR_FILE
             start:bool=True,           # start liveness on entry (`start_liveness`); False: the store is not known yet
             fresh:bool=False,          # a forked worker: forget the state it inherited, and stop liveness at the end
+            add_checks=None,           # called before liveness starts: adds the watchdog's checks (`watch_stalls`)
            ):
     """Context manager: the block runs as this rank, watched. On entry, with `fresh`, the state a forked process
     inherited is forgotten (no watchdog, no group, no at-records: the caller's are not this rank's); with `start`,
-    liveness starts. An exception that leaves the block (a `sys.exit` with code 0 aside) is this rank's failure:
-    reported once (its `ErrorRecord` in `record_path`, tracebacks from the user's code, its number in the job's order
-    of failures), a `KeyboardInterrupt` as one line on stderr ('interrupted (SIGINT) in <where>, at <file:line>'),
-    another exception printed when there is no record file to hold it; then, when it is a consequence (a lost peer,
-    a stall) reported before any cause, the cause's report is awaited (`_settle`), and it is re-raised. On exit, the
-    exit code is noted for the last heartbeat; with `fresh`, liveness stops there (a forked worker runs no atexit
-    handler; else it stops at interpreter exit). `distrib.runtime.group.run_as_rank` is what a launcher calls."""
+    the watchdog's checks are added (`add_checks()`) and liveness starts. An exception that leaves the block (a
+    `sys.exit` with code 0 aside) is this rank's failure: reported once (its `ErrorRecord` in `record_path`,
+    tracebacks from the user's code, its number in the job's order of failures), a `KeyboardInterrupt` as one line
+    on stderr ('interrupted (SIGINT) in <where>, at <file:line>'), another exception printed when there is no record
+    file to hold it; then, when it is a consequence (a lost peer, a stall) reported before any cause, the cause's
+    report is awaited (`_settle`), and it is re-raised. On exit, the exit code is noted for the last heartbeat; with
+    `fresh`, liveness stops there (a forked worker runs no atexit handler; else it stops at interpreter exit).
+    `distrib.runtime.group.run_as_rank` is what a launcher calls."""
     if fresh:
         reset_rank_state()
         os.environ.pop(JobStore.AT_DIR_ENV, None)  # inside a distrib.launch worker: its at-records are its ranks'
-    if start: start_liveness(record_path=record_path)
+    if start:
+        if add_checks is not None: add_checks()  # after the state is forgotten: its checks are the watchdog's
+        start_liveness(record_path=record_path)
     code = 0
     try: yield
     except BaseException as e:
