@@ -488,11 +488,9 @@ _PKG = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules[rank_state.__
 # distrib's package directory (from the module of `rank_state`: distrib/runtime/position.py)
 
 def _user_tb(tb):
-    """Traceback `tb` from its first frame of the user's code (`_not_users` skips the ones before); `tb` itself when
-    none is the user's"""
-    t = tb
-    while t is not None and _not_users(t.tb_frame.f_code.co_filename): t = t.tb_next
-    return t or tb
+    "Traceback `tb` from its first frame of the user's code (`_not_users` skips the ones before); None when none is"
+    while tb is not None and _not_users(tb.tb_frame.f_code.co_filename): tb = tb.tb_next
+    return tb
 
 def _exit_code(e:BaseException)->int:
     """The exit code of a process that `e` ends: a `sys.exit`'s (0 for None, 1 for a message), 130 for
@@ -508,7 +506,8 @@ def _report_leaving(e:BaseException, path:str|None):
     x, seen = e, set()
     while x is not None and id(x) not in seen:
         seen.add(id(x))
-        x.__traceback__ = _user_tb(x.__traceback__)
+        tb = _user_tb(x.__traceback__)  # none of the user's: distrib's explanation of its cause shows none, else all
+        if tb is not None or x.__cause__ is not None: x.__traceback__ = tb
         x = x.__cause__ or x.__context__
     st = rank_state()
     if isinstance(e, KeyboardInterrupt):  # Ctrl-C: one line per rank, not one traceback per rank
