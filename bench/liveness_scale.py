@@ -5,8 +5,8 @@
     python bench/liveness_scale.py --no-capacity    # skip the store's capacity (client processes)
 
 The real code of one rank (its watchdog's tick with the deadlock, stall and straggler checks, `store_barrier`,
-`wait_for`, `agree_cancel`, `explain_failure`, `report_failure`, the launcher's `last_positions` and its agent's
-`copy_at_records`) runs against a store that counts calls, keys and bytes per method (a dict, speaking the
+`wait_for`, `agree_cancel`, `explain_failure`, a failure's report (`watched`), the launcher's `last_positions` and its
+agent's `copy_at_records`) runs against a store that counts calls, keys and bytes per method (a dict, speaking the
 calls of `torch.distributed.Store` that distrib uses); the other W-1 ranks are simulated by writing their heartbeats
 (and barrier arrivals, and their part of the straggler check's rounds) straight into the dict, uncounted, once per
 simulated second. Time is simulated too: the
@@ -239,7 +239,7 @@ AT_DIR = tempfile.TemporaryDirectory(prefix='liveness_scale_at_')  # the ranks' 
 def _patch():
     """Run the real code without threads or exits: `running()` is true, `exit_now` raises `Exit`; the ranks keep their
     at-records in `AT_DIR`, as under distrib.launch (`DISTRIB_AT_DIR`)"""
-    os.environ[liveness.AT_DIR_ENV] = AT_DIR.name
+    os.environ[JobStore.AT_DIR_ENV] = AT_DIR.name
     liveness.running = waits.running = lambda: True
     def _exit(code, line=None): raise Exit(line)
     liveness.exit_now = _exit
@@ -447,9 +447,13 @@ def deadlock_other(W:int)->dict:
     return r.rate(HOLD, len(r.snaps))
 
 def _report(err:BaseException):
-    """`report_failure(err)` then `settle`, the record written to a temporary file: never to `os.devnull`, which
-    an `ErrorRecord` written by a rename would replace by a regular file when run as root"""
-    with tempfile.TemporaryDirectory() as d: liveness.settle(liveness.report_failure(err, path=os.path.join(d, 'rec')))
+    """`err` leaving the main thread's block (`liveness.watched`, as `run_as_rank` runs it): reported, then settled;
+    the record written to a temporary file: never to `os.devnull`, which an `ErrorRecord` written by a rename would
+    replace by a regular file when run as root"""
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            with liveness.watched(os.path.join(d, 'rec'), start=False): raise err
+        except type(err): pass
 
 def _fail_in_a_collective():
     "This rank's collective raises (no process group here: torch.distributed's all_reduce raises); it reports why"
@@ -477,11 +481,11 @@ def failure_other(W:int)->dict:
     return per_incident(r, _fail_in_a_collective)
 
 def exit_launcher(W:int)->dict:
-    "The launcher's agent publishing rank 1's exit without a goodbye (`record_exit`): its calls per incident"
+    "The launcher's agent publishing rank 1's exit without a goodbye (`LauncherView.record_exit`): calls per incident"
     store = DictStore()
     ranks = Ranks(store, W, -1, prefix='distrib/liveness/0//')
     ranks.at(range(W), coll_pos()); ranks.beat()
-    liveness.record_exit(store.client('launcher'), 1, 0)
+    postmortem.LauncherView.record_exit(store.client('launcher'), 1, 0)
     return store.counts['launcher'].total()
 
 def exit_reader(W:int)->dict:
@@ -493,7 +497,8 @@ def exit_reader(W:int)->dict:
     with position.doing('collective', 'all_reduce_sum'):
         r.run(WARM)
         a = own()
-        liveness.record_exit(r.store.client('launcher'), 1, 0, restart_count=None)  # its keys unprefixed, as this run's
+        launcher = r.store.client('launcher')
+        postmortem.LauncherView.record_exit(launcher, 1, 0, restart_count=None)  # its keys unprefixed, as this run's
         for _ in range(5):
             r.run(1)
             if r.rank.ended is not None: break
@@ -508,24 +513,24 @@ def launcher_summary(W:int)->dict:
     ranks.at(range(W), BACKWARD); ranks.beat()
     for q in range(W): store.put(f'distrib/liveness/0//at/{q}', json.dumps({'pos': coll_pos(), 'colls': 7}))
     c = store.client('launcher')
-    postmortem.last_positions(c, 0, W)
+    postmortem.LauncherView.last_positions(c, 0, W)
     return store.counts['launcher'].total()
 
 NODE = 8  # ranks per node, for the launcher's agents
 
 def agent_copy(W:int)->dict:
     """The launcher's agent of one node of `NODE` ranks, when the run failed: it copies its workers' at-records
-    (`copy_at_records`, the records written by the real `AtRecord`) into the store (per incident)"""
+    (`LauncherView.copy_at_records`, the records written by the real `_AtRecord`) into the store (per incident)"""
     store = DictStore()
     with tempfile.TemporaryDirectory() as d:
         for q in range(NODE):
             reset_rank_state()
-            rec = liveness._AtRecord(liveness._at_record_path(d, q))
+            rec = liveness._AtRecord(JobStore.at_record_path(d, q))
             rank_state().announce = rec
             with position.doing('collective', 'all_reduce_sum'): pass
             rec.close()
         reset_rank_state()
-        liveness.copy_at_records(store.client('agent'), d, range(NODE))
+        postmortem.LauncherView(d).copy_at_records(store.client('agent'), range(NODE))
     return store.counts['agent'].total()
 
 PHASES = {  # phase: [(role, ranks playing it at world size W, function W -> counts)]

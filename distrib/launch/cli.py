@@ -17,14 +17,13 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.elastic.agent.server.api import WorkerState
 from ..runtime.errors import ErrorRecord, Failure, root_failure
 from ..runtime.procs import reaping_stopped_children
-from ..runtime.liveness import record_exit, copy_at_records, AT_DIR_ENV
-from ..runtime.postmortem import last_positions, mismatch, positions_text
+from ..runtime.postmortem import LauncherView
 from .store import LaunchError, listen_socket, localhost_store
 
 # %% auto #0
 __all__ = ['SHUTDOWN_TIMEOUT', 'default_nproc', 'help_text', 'wants_help', 'gpu_devices', 'build_args', 'check_values',
            'cpu_warning', 'local_store', 'run_log_dir', 'failures', 'failure_summary', 'distinct_tracebacks',
-           'torchrun_logs', 'waiting_line', 'store_hint', 'final_failure', 'exit_codes', 'at_records_dir', 'main']
+           'torchrun_logs', 'waiting_line', 'store_hint', 'final_failure', 'exit_codes', 'main']
 
 # %% ../../nbs/39_launch.cli.ipynb #2a8e9aff
 _USAGE = "usage: python -m distrib.launch [options] script.py [script args]   (or: [options] -m module [args])"
@@ -286,10 +285,8 @@ def failure_summary(e:ChildFailedError)->str:
         code = '' if code is None else f" (exit code {code})"
         lines = [f"distrib.launch: rank {root.rank} failed{code}: {indent(root.text)}"]
         hbs = getattr(e, 'positions', None)  # set by `_run`: what the ranks last published (issue 23)
-        if root.record is None and root.exitcode is not None and root.exitcode < 0 and hbs:
-            lines.append(f"distrib.launch:   the ranks' last positions (at most 1 s old): {positions_text(hbs)}")
-            why = mismatch(hbs)
-            if why: lines.append(f"distrib.launch:   they show that {why}")
+        if root.record is None and root.exitcode is not None and root.exitcode < 0:
+            lines += [f"distrib.launch:   {line}" for line in LauncherView.summary(hbs or {})]
     for f in fs:
         if f.rank == root.rank: continue
         r = f.record
@@ -405,32 +402,36 @@ def exit_codes(pcontext)->dict:
     return {r: p.exitcode for r, p in enumerate(procs)}
 
 def _publish_exit(env:dict, code:int):
-    """Publish (`record_exit`) that the worker of environment `env` (torchrun's, for that worker) exited with `code`,
-    in the job's store at its `MASTER_ADDR:MASTER_PORT`; nothing when that store cannot be reached"""
+    """Publish (`LauncherView.record_exit`) that the worker of environment `env` (torchrun's, for that worker)
+    exited with `code`, in the job's store at its `MASTER_ADDR:MASTER_PORT`; nothing when that store cannot be
+    reached"""
     try:
         store = dist.TCPStore(env['MASTER_ADDR'], int(env['MASTER_PORT']), is_master=False, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=10))
-        record_exit(store, int(env['RANK']), code, int(env.get('TORCHELASTIC_RESTART_COUNT', 0)))
+        LauncherView.record_exit(store, int(env['RANK']), code, int(env.get('TORCHELASTIC_RESTART_COUNT', 0)))
     except Exception: pass  # no store (a rank 0 that hosted it is gone): the job goes on as torchrun's would
 
-def _copy_at_records(envs:dict, directory:str):
+def _copy_at_records(envs:dict, view:LauncherView):
     """Copy the at-records of the workers of environments `envs` (torchrun's, by local rank; one run's workers share
-    one store) from `directory` into the job's store (`copy_at_records`); nothing when that store cannot be reached"""
+    one store) from `view`'s directory into the job's store (`LauncherView.copy_at_records`); nothing when that store
+    cannot be reached"""
     if not envs: return
     env = next(iter(envs.values()))
     try:
         store = dist.TCPStore(env['MASTER_ADDR'], int(env['MASTER_PORT']), is_master=False, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=10))
-        copy_at_records(store, directory, [int(e['RANK']) for e in envs.values()],
-                        int(env.get('TORCHELASTIC_RESTART_COUNT', 0)))
+        view.copy_at_records(store, [int(e['RANK']) for e in envs.values()],
+                             int(env.get('TORCHELASTIC_RESTART_COUNT', 0)))
     except Exception: pass  # no store (a rank 0 that hosted it is gone): the summary goes by the heartbeats
 
 class _Exits:
     """The exits of one run's workers (torchrun's `pcontext`), each published once, each in a thread of its own
     (`_publish_exit`): the agent's monitoring loop never waits for a store. When the run fails, the workers'
-    at-records in `directory` (`DISTRIB_AT_DIR`; None: none kept) are copied into the store once, in a thread too"""
-    def __init__(self, pcontext, directory:str|None=None):
-        self.pcontext, self.directory, self.seen, self.threads, self.copied = pcontext, directory, set(), [], False
+    at-records in the directory of `view` (default `LauncherView()`: `DISTRIB_AT_DIR`'s; none: none kept) are copied
+    into the store once, in a thread too"""
+    def __init__(self, pcontext, view:LauncherView|None=None):
+        self.pcontext, self.view, self.seen, self.threads, self.copied = pcontext, view, set(), [], False
+        if view is None: self.view = LauncherView()
 
     def _start(self, target, *args):
         t = threading.Thread(target=target, args=args, daemon=True, name='distrib-exit')
@@ -447,9 +448,9 @@ class _Exits:
     def failed(self):
         """The run failed: copy every worker's at-record (the dead ones' and the running ones') into the job's store,
         once (`_copy_at_records`: one `multi_set`), for the launcher's summary"""
-        if self.copied or not self.directory: return
+        if self.copied or not self.view.directory: return
         self.copied = True
-        self._start(_copy_at_records, dict(self.pcontext.envs), self.directory)
+        self._start(_copy_at_records, dict(self.pcontext.envs), self.view)
 
     def join(self, timeout:float):
         "Wait up to `timeout` s in all for the publications to end (a thread in the store at exit aborts the process)"
@@ -459,13 +460,13 @@ class _Exits:
 class _Agent(launcher_api.LocalElasticAgent):
     """torchrun's agent, less the restarts after a failure that says a restart cannot change it (`final_failure`),
     with every stopped rank's exit code in a failed run's result (`_stopped_failures`), publishing for their peers
-    the exits that torchrun counts as a success (`record_exit`: code 0 without a goodbye, or any code before the
-    worker's first heartbeat), and, when a run fails, its workers' at-records (`copy_at_records`)"""
+    the exits that torchrun counts as a success (`LauncherView.record_exit`: code 0 without a goodbye, or any code
+    before the worker's first heartbeat), and, when a run fails, its workers' at-records (`copy_at_records`)"""
     def _monitor_workers(self, worker_group):
         result = super()._monitor_workers(worker_group)
         exits = getattr(self, '_exits', None)
         if exits is None or exits.pcontext is not self._pcontext:
-            exits = self._exits = _Exits(self._pcontext, os.environ.get(AT_DIR_ENV))
+            exits = self._exits = _Exits(self._pcontext)
         exits.note()
         if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY): exits.failed()  # before the summary reads
         if result.state != WorkerState.HEALTHY: exits.join(5.)  # them: the agent stops the workers after this returns
@@ -478,19 +479,6 @@ class _Agent(launcher_api.LocalElasticAgent):
         return result
 
 @contextmanager
-def at_records_dir():
-    """Context manager: a new temporary directory for the workers' at-records, named in `DISTRIB_AT_DIR`
-    (`distrib.runtime.liveness.AT_DIR_ENV`) for the workers and the agent; the variable restored and the directory
-    removed on exit. Yields its path."""
-    saved, d = os.environ.get(AT_DIR_ENV), tempfile.mkdtemp(prefix='distrib_at_')
-    os.environ[AT_DIR_ENV] = d
-    try: yield d
-    finally:
-        if saved is None: os.environ.pop(AT_DIR_ENV, None)
-        else: os.environ[AT_DIR_ENV] = saved
-        shutil.rmtree(d, ignore_errors=True)
-
-@contextmanager
 def _our_agent():
     "Within the context, `elastic_launch` runs `_Agent`"
     saved, launcher_api.LocalElasticAgent = launcher_api.LocalElasticAgent, _Agent
@@ -499,7 +487,7 @@ def _our_agent():
 
 def _run(args, verbose:bool):
     "Run the job of torchrun's `args` (as torchrun's `run` does, less its own choice of rendezvous)"
-    with torchrun_logs(verbose), local_store(args) as store, run_log_dir(args), at_records_dir():
+    with torchrun_logs(verbose), local_store(args) as store, run_log_dir(args), LauncherView.job() as view:
         if args.master_port is None: args.master_port = 29500
         try: config, cmd, cmd_args = torchrun.config_from_args(args)
         except (ValueError, AssertionError, RuntimeError) as e: raise LaunchError(str(e)) from None
@@ -515,7 +503,8 @@ def _run(args, verbose:bool):
         except ChildFailedError as e:  # the positions the ranks last published, read while this process's store lives
             if store is not None:  # one multi_get of the ranks' heartbeats, one of what they entered last (the
                 # at-records the agent copied when the run failed, before it stopped the workers and raised this)
-                e.positions = last_positions(store, config.max_restarts, config.max_nodes * config.nproc_per_node)
+                e.positions = view.last_positions(store, config.max_restarts,
+                                                  config.max_nodes * config.nproc_per_node)
 
             raise
 

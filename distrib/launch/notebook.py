@@ -11,13 +11,10 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from ..runtime.world import current_world, pg_initialized
-from ..runtime.group import teardown_distrib, group_timeout
+from ..runtime.group import run_as_rank
 from ..runtime.errors import ErrorRecord, Failure, root_failure
-from ..runtime.procs import die_with_parent, reaping_stopped_children
-from ..runtime.liveness import start_liveness, stop_liveness, reset_liveness, report_failure, settle, AT_DIR_ENV
-from ..runtime.stalls import watch_stalls
+from ..runtime.procs import reaping_stopped_children
 from .store import localhost_store
-from ..runtime.waits import explain_failure
 
 # %% auto #0
 __all__ = ['notebook_launch']
@@ -37,37 +34,20 @@ class _Recorded:
 
     def __call__(self, *args):
         rank = current_world().rank
-        die_with_parent(self.parent)
-        reset_liveness()  # a forked worker starts afresh, whatever the caller's process did before
-        os.environ.pop(AT_DIR_ENV, None)  # called in a distrib.launch worker: its at-records are the launcher's ranks'
-        watch_stalls()
-        start_liveness(record_path=os.path.join(self.d, f'{rank}.json'))
-        torch.set_num_threads(self.threads)
-        if self.deadline: signal.setitimer(signal.ITIMER_REAL, max(self.deadline - time.time(), 1e-3))
-        try:
-            res = self.fn(*args, **self.kwargs)
-            if rank == 0: pickle.dumps(res)  # an unpicklable result fails here, with the rank named
-        except SystemExit as e:  # sys.exit() in fn: success with code 0 or None, as for a script
-            if e.code not in (0, None): self._record(e); raise
-            res = None
-        except BaseException as e:
-            self._record(e)
-            raise
-        finally:
-            if self.deadline: signal.setitimer(signal.ITIMER_REAL, 0)
-        teardown_distrib()  # a multiprocessing worker runs no atexit handler
-        stop_liveness(0)
+        # a forked worker: a clean state whatever the caller did, its group and liveness ended at the block's end
+        with run_as_rank(os.path.join(self.d, f'{rank}.json'), parent=self.parent, fresh=True):
+            torch.set_num_threads(self.threads)
+            if self.deadline: signal.setitimer(signal.ITIMER_REAL, max(self.deadline - time.time(), 1e-3))
+            try:
+                try: res = self.fn(*args, **self.kwargs)
+                except SystemExit as e:  # sys.exit() in fn: success with code 0 or None, as for a script
+                    if e.code not in (0, None): raise
+                    res = None
+                if rank == 0: pickle.dumps(res)  # an unpicklable result fails here, with the rank named
+            finally:
+                if self.deadline: signal.setitimer(signal.ITIMER_REAL, 0)
         open(os.path.join(self.d, f'{rank}.ok'), 'w').close()
         return res if rank == 0 else None
-
-    def _record(self, e:BaseException):
-        """Report `e` (an error inside a collective explained: `explain_failure`) as `<rank>.json`, in the job's
-        order of failures; end the group without a barrier"""
-        err = explain_failure(e, group_timeout())
-        if err is not e: err.__cause__ = e
-        rec = report_failure(err)
-        teardown_distrib(barrier=False)
-        settle(rec)
 
 # %% ../../nbs/41_launch.notebook.ipynb #fab1c850
 def _cuda_blocks_fork()->bool:

@@ -4,30 +4,13 @@
 
 # %% ../../nbs/40_launch.worker.ipynb #15b4baab
 from __future__ import annotations
-import os, sys, runpy, signal, traceback
-from ..runtime.world import current_world
-from ..runtime.group import skip_exit_barrier, group_timeout
-from ..runtime.procs import die_with_parent
-from ..runtime.liveness import start_liveness, script_ended, report_failure, settle, where_now
-from ..runtime.stalls import watch_stalls
-from ..runtime.waits import explain_failure
+import os, sys, runpy, signal
+from ..runtime.group import run_as_rank
 
 # %% auto #0
 __all__ = ['run_script']
 
 # %% ../../nbs/40_launch.worker.ipynb #49613554
-def _script_tb(tb):
-    "`tb` without its leading frames from runpy and this module"
-    skip = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
-    while tb is not None and (os.path.abspath(tb.tb_frame.f_code.co_filename) in skip
-                              or tb.tb_frame.f_code.co_filename.startswith('<frozen runpy')):
-        tb = tb.tb_next
-    return tb
-
-def _code(code)->int:
-    "The process exit code of `sys.exit(code)`: 0 for None, the int itself, 1 for anything else (a message)"
-    return 0 if code is None else code if isinstance(code, int) else 1
-
 def _run(argv:list):
     "Run `argv` as `python script.py args` (or `python -m module args`) would, in this process"
     if argv[0] in ('-m', '--module'):
@@ -45,47 +28,20 @@ def _launcher_pid()->int|None:
 
 def run_script(argv:list, # `[script.py, *args]`, or `['-m', module, *args]`
               ):
-    """Run `argv` as `python script.py args` (or `python -m module args`) would, in this process, after asking to
-    die with the launcher and starting the liveness watchdog on torchrun's store. An uncaught exception is reported
-    (`distrib.runtime.liveness.report_failure`: its record, traceback included, for the launcher to print once for all
-    ranks; printed here only when there is no error file to record it in), and the process exits with code 1 (130,
-    with one line, for `KeyboardInterrupt`; the code of a `sys.exit` other than 0 after reporting it); the process
-    group is then destroyed at exit without a barrier. Raises `ValueError` for an empty `argv`."""
+    """Run `argv` as `python script.py args` (or `python -m module args`) would, in this process, as one rank of the
+    job (`distrib.runtime.group.run_as_rank`: it dies with the launcher, and its liveness watchdog runs on torchrun's
+    store when the store is torchrun's). An uncaught exception is reported (its record, traceback included, for the
+    launcher to print once for all ranks; printed here only when there is no error file to record it in), and the
+    process exits with code 1 (130, with one line, for `KeyboardInterrupt`; the code of a `sys.exit` other than 0
+    after reporting it); the process group is then destroyed at exit without a barrier. Raises `ValueError` for an
+    empty `argv`."""
     if not argv or argv[0] in ('-m', '--module') and len(argv) < 2:
         raise ValueError("usage: python -m distrib.launch.worker script.py [args] | -m module [args]")
-    die_with_parent(_launcher_pid())
-    if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True':  # the store is torchrun's
-        watch_stalls()
-        start_liveness()
-    code = 0
-    try: _run(argv)
-    except SystemExit as e:
-        code = _code(e.code)
-        if code:
-            skip_exit_barrier()
-            settle(report_failure(e.with_traceback(_script_tb(e.__traceback__))))
-        raise
-    except KeyboardInterrupt as e:  # Ctrl-C: one line per rank, not one traceback per rank
-        code = 128 + signal.SIGINT
-        skip_exit_barrier()
-        tb = traceback.extract_tb(e.__traceback__)
-        where = where_now()
-        msg = ("interrupted (SIGINT)" + (f" in {where}," if where else '') +
-               (f" at {tb[-1].filename}:{tb[-1].lineno} ({tb[-1].name})" if tb else ''))
-        report_failure(KeyboardInterrupt(msg), tb_text=''.join(traceback.format_tb(_script_tb(e.__traceback__))))
-        print(f"distrib.launch.worker: rank {current_world().rank} {msg}", file=sys.stderr)
-        sys.exit(code)
-    except Exception as e:  # the script's failure: reported, explained, and ended with exit code 1 (sys.exit)
-        code = 1
-        skip_exit_barrier()  # the exit's teardown must not wait in a barrier for peers that may never come
-        e = e.with_traceback(_script_tb(e.__traceback__))
-        err = explain_failure(e, group_timeout())
-        if err is not e: err.__cause__ = e
-        rec = report_failure(err)
-        if not os.environ.get('TORCHELASTIC_ERROR_FILE'): sys.excepthook(type(err), err, err.__traceback__)
-        settle(rec)  # else the launcher prints it
-        sys.exit(code)
-    finally: script_ended(code)
+    try:
+        with run_as_rank(parent=_launcher_pid(), liveness=os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True'):
+            _run(argv)
+    except KeyboardInterrupt: sys.exit(128 + signal.SIGINT)  # reported in one line, where the rank was
+    except Exception: sys.exit(1)  # reported already (printed here only when there is no error file)
 
 # %% ../../nbs/40_launch.worker.ipynb #dac788c4
 #| eval: false

@@ -10,14 +10,15 @@ import torch
 import torch.distributed as dist
 from .world import World, WorldError, current_world, pg_initialized
 from .errors import PeerFailedError
-from .position import doing, long_phase, queue_tracking
-from .liveness import start_liveness, set_group_state, running as liveness_running
+from .procs import die_with_parent
+from .position import rank_state, doing, long_phase, queue_tracking
+from .liveness import start_liveness, set_group_state, running as liveness_running, watched
 from .waits import store_barrier, announce, wait_for, explain_failure
 from .stalls import watch_stalls
 
 # %% auto #0
 __all__ = ['DEFAULT_TIMEOUT', 'rank_device', 'default_backend', 'setup_distrib', 'ensure_distrib', 'group_backend',
-           'distrib_timeout', 'group_timeout', 'distrib_barrier', 'teardown_distrib', 'skip_exit_barrier', 'rank0_only',
+           'distrib_timeout', 'group_timeout', 'distrib_barrier', 'teardown_distrib', 'run_as_rank', 'rank0_only',
            'rank0_first']
 
 # %% ../../nbs/08_runtime.group.ipynb #6a3f9d47
@@ -303,24 +304,47 @@ def teardown_distrib(barrier:bool|None=None, # wait for every rank first; None: 
     queue_tracking(False)
 
 
-class _Exit:
-    "Whether this process is ending on an error (`skip_exit_barrier`): the teardown at exit then skips the barrier"
-    failed = False
-
-def skip_exit_barrier():
-    "Make the teardown at interpreter exit skip its barrier: this process is ending on an error (the worker's)"
-    _Exit.failed = True
-
 def _teardown_at_exit():
     "At interpreter exit: destroy the group distrib created; no barrier after an uncaught exception"
     if not pg_initialized(): return
-    failed = _Exit.failed or getattr(sys, 'last_value', None) is not None
+    failed = rank_state().reported is not None or getattr(sys, 'last_value', None) is not None
     try: teardown_distrib(barrier=not failed, name='the exit')
     except Exception as e:  # at interpreter exit there is no caller to raise to: say so, then destroy the group
         print(f"distrib: rank {dist.get_rank()}: the barrier at exit failed ({type(e).__name__}: "
               f"{str(e).splitlines()[0] if str(e) else ''}); destroying the process group without it", file=sys.stderr)
         try: dist.destroy_process_group()
         except Exception: pass  # exiting anyway: a group that cannot be destroyed dies with the process
+
+# %% ../../nbs/08_runtime.group.ipynb #bd367b82
+@contextmanager
+def run_as_rank(record_path:str|None=None, # this rank's ErrorRecord file; default torchrun's TORCHELASTIC_ERROR_FILE
+                parent:int|None=None,      # the launcher's pid; default: the parent's pid now
+                liveness:bool=True,        # start liveness on entry; False: `setup_distrib` starts it (no store yet)
+                fresh:bool=False,          # a forked worker: a clean state, the group and liveness ended at the end
+               ):
+    """Context manager: run the block as one rank of a job, as `distrib.launch`'s worker runs a script and
+    `notebook_launch` a function. This process dies with its launcher (`die_with_parent`; it ends at once when the
+    launcher is gone already); with `liveness`, the heartbeat, the watchdog and its checks run (`watch_stalls`,
+    `start_liveness`). An exception raised inside a collective leaves the block as the `PeerFailedError` or
+    `CollectiveTimeoutError` naming the ranks at fault (`explain_failure`, the original as its cause); whatever
+    leaves the block (a `sys.exit` with code 0 aside) is reported once as this rank's failure, recorded in
+    `record_path`, and settled (`distrib.runtime.liveness.watched`), and the teardown at exit then skips its
+    barrier. With `fresh`, the state the process inherited is forgotten first, and at the block's end the process
+    group is destroyed (after a barrier when the block ended normally) and liveness stops. Re-raises what left
+    the block."""
+    die_with_parent(parent)
+    failed = True
+    try:
+        with watched(record_path, start=liveness, fresh=fresh, add_checks=watch_stalls):
+            try: yield
+            except Exception as e:  # explained: the ranks at fault named, `e` its cause
+                err = explain_failure(e, group_timeout())
+                if err is e: raise
+                raise err from e
+            if fresh: teardown_distrib()  # before liveness says goodbye: this rank left its group first
+            failed = False
+    finally:
+        if fresh and failed: teardown_distrib(barrier=False)
 
 # %% ../../nbs/08_runtime.group.ipynb #7a9c5046
 def _rank0_status(phase:str, func)->tuple:

@@ -4,19 +4,19 @@
 
 # %% ../../nbs/05_runtime.liveness.ipynb #c6a5e511
 from __future__ import annotations
-import os, sys, json, time, atexit, datetime, threading, traceback, statistics
+import os, sys, json, time, runpy, signal, atexit, datetime, threading, traceback, contextlib, statistics
+from contextlib import contextmanager
 from collections import deque
 import torch.distributed as dist
 from .world import World, current_world
 from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
-from .position import rank_state, reset_rank_state, position, describe, oldest_queued
-from .schema import JobStore, JobFailure
+from .position import rank_state, reset_rank_state, position, describe, oldest_queued, waits_for_others
+from .schema import JobStore, JobFailure, Heartbeat
 
 # %% auto #0
-__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'AT_DIR_ENV', 'liveness_timeout', 'running', 'remember_position',
-           'where_now', 'report_failure', 'settle', 'peers_gone', 'add_check', 'waits_for_others', 'copy_at_records',
-           'start_liveness', 'reset_liveness', 'script_ended', 'set_group_state', 'stop_liveness', 'record_exit']
+__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'liveness_timeout', 'running', 'remember_position', 'peers_gone',
+           'start_liveness', 'set_group_state', 'watched']
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9e9e7210
 INTERVAL = 1.0                   # seconds between two heartbeats of a rank (and two checks of its watchdog)
@@ -45,7 +45,7 @@ def running()->bool:
 
 def remember_position(e:BaseException|None=None, # the exception leaving `distrib_ctx`, published in the heartbeat
                      ):
-    """Note where the main thread is, for the report of the exception `e` now leaving `distrib_ctx` (`where_now`);
+    """Note where the main thread is, for the report of the exception `e` now leaving `distrib_ctx` (`_where_now`);
     the heartbeat then says that this rank left the context by `e`, and where (rank 0's deadlock check reads it),
     and the state keeps `e` and its traceback: what this rank reports when a verdict names it as the deadlock's
     cause"""
@@ -55,16 +55,16 @@ def remember_position(e:BaseException|None=None, # the exception leaving `distri
         st.left = {'error': f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0][:200]}", 'where': st.failed_at}
         st.left_error = (e, ''.join(traceback.format_exception(type(e), e, e.__traceback__)))
 
-def where_now()->str|None:
+def _where_now()->str|None:
     "Where this rank is, in words; where it was when an exception left `distrib_ctx`, if one did; None: nowhere known"
     p = position()
     return rank_state().failed_at or (describe(p) if p else None)
 
-def _heartbeat_where(hb:dict)->str|None:
+def _heartbeat_where(hb:Heartbeat)->str|None:
     "Where heartbeat `hb` says its rank is, in words; None when it says nothing"
-    return describe(hb['pos']) if hb.get('pos') else None
+    return describe(hb.pos) if hb.pos else None
 
-def report_failure(e:BaseException,         # the exception this rank fails with
+def _report_failure(e:BaseException,         # the exception this rank fails with
                    path:str|None=None,      # the ErrorRecord's file; default: `start_liveness`'s, else torchrun's
                    tb_text:str|None=None,   # its formatted traceback; default: formatted from `e`
                    store=None,              # the store client to use; default: the main thread's
@@ -85,7 +85,7 @@ def report_failure(e:BaseException,         # the exception this rank fails with
                   "failure was reported: not reported again)", file=sys.stderr, flush=True)
         return None
     store = st.main if store is None else store
-    seq, where, js = None, where_now(), None if store is None else JobStore(store)
+    seq, where, js = None, _where_now(), None if store is None else JobStore(store)
     try: seq = js.add(JobStore.FAILURES, 1) if js is not None else None
     except Exception: pass  # the store is gone: the record is still written, without its place in the job's order
     rec = ErrorRecord.from_exception(e, tb_text=tb_text, position=where, seq=seq)
@@ -97,7 +97,7 @@ def report_failure(e:BaseException,         # the exception this rank fails with
         except Exception: pass  # the store is gone: the peers see this rank exit instead, and the record file stays
     return rec
 
-def settle(rec:ErrorRecord|None):
+def _settle(rec:ErrorRecord|None):
     """After reporting `rec`: when it is a consequence (a stall, a lost peer) reported before any cause, wait up to
     `GRACE` seconds for another rank's report, so that a launcher stopping the job when this rank exits finds the
     cause's record in place: one server-side `wait` for the second record, no polling"""
@@ -106,15 +106,15 @@ def settle(rec:ErrorRecord|None):
     JobStore(st.main).await_failure(2, GRACE)  # no other report within GRACE (or no store): go on
 
 # %% ../../nbs/05_runtime.liveness.ipynb #df53b76b
-def _peer_verdict(hb:dict,          # the peer's last heartbeat
+def _peer_verdict(hb:Heartbeat,     # the peer's last heartbeat
                   silent:float,     # seconds its heartbeat has been unchanged, by this rank's clock
                   me:dict,          # this rank's {'group': ..., 'state': ...}
                   timeout:float,    # seconds of silence after which a peer counts as dead (`liveness_timeout()`)
                   proc:str|None,    # the peer's `proc_state`, None when it is on another machine
                  )->str|None:       # how the peer ended, in words; None while all is well
     "Whether the peer of heartbeat `hb` has failed this rank, and how it ended"
-    if hb.get('state') == 'exited':
-        code, group, mine = hb.get('code'), hb.get('group'), me.get('group')
+    if hb.exited:
+        code, group, mine = hb.code, hb.group, me.get('group')
         if code: return f"exited with code {code}"
         if mine == 'joining' or group in ('none', 'joining') and mine == 'joined':
             return "exited with code 0 before joining the process group (which can then never be complete)"
@@ -125,51 +125,28 @@ def _peer_verdict(hb:dict,          # the peer's last heartbeat
     if proc == 'stopped': return f"froze: its process is stopped (SIGSTOP or a debugger) and silent for {silent:.0f} s"
     return f"stopped heartbeating {silent:.0f} s ago (frozen, killed, or its machine is unreachable)"
 
-def _exit_verdict(hb:dict|None, # the rank's last heartbeat; None when it published none
-                  code:int,     # its exit code, as its launcher saw it
-                 )->str:        # how the rank ended, in words
-    """How a rank that exited without a goodbye in its heartbeat (`hb` not 'exited': `os._exit`, or an exit before
-    its first heartbeat) ended, as its launcher saw it, in the words of `_peer_verdict`: before joining the process
-    group, without leaving it, or after leaving it (its last heartbeat's `group`)"""
-    group = (hb or {}).get('group') or 'none'
-    how = {'joined': "without leaving the process group",
-           'left': "after leaving the process group, while the other ranks run"}.get(
-               group, "before joining the process group (which can then never be complete)")
-    said = "before its first heartbeat" if not hb else "without a word (os._exit?)"
-    return f"exited with code {code} {how}, {said}, as its launcher saw"
-
 def peers_gone(hbs:dict, # rank -> its last heartbeat (`JobStore.heartbeats`), of other ranks than this one
               )->tuple:  # (gone, record_wait)
     """The peers of `hbs` that ended or froze, judged at once as the watchdog judges its peer (`_peer_verdict`, no
     silence counting): `gone` is {rank: {'how', 'where'}} in their words; `record_wait` the seconds to wait for the
-    launcher's record of a process gone without a goodbye (`record_exit`) before believing `gone`, 0 when there is
-    none to wait for. Reads `/proc` only, no store call."""
+    launcher's record of a process gone without a goodbye (`LauncherView.record_exit`) before believing `gone`, 0
+    when there is none to wait for. Reads `/proc` only, no store call."""
     st, me = rank_state(), identity()
     gone, quiet = {}, False
     for r, hb in hbs.items():
-        proc = proc_state(hb, me)
+        proc = proc_state(hb.ident, me)
         how = _peer_verdict(hb, 0., {'group': st.group}, float('inf'), proc)
         if how is None and proc == 'stopped': how = 'froze: its process is stopped (SIGSTOP or a debugger)'
         if how is not None: gone[r] = {'how': how, 'where': _heartbeat_where(hb)}
-        quiet = quiet or proc == 'gone' and hb.get('state') != 'exited'
+        quiet = quiet or proc == 'gone' and not hb.exited
     return gone, (_EXIT_RECORD_WAIT if quiet and _exits_recorded() else 0.)
 
 # %% ../../nbs/05_runtime.liveness.ipynb #01563515
-def add_check(check):
-    """Have the watchdog call `check(watchdog, now)` at each tick, after its store calls (the deadlock, stall and
-    straggler checks: `distrib.runtime.stalls.watch_stalls`); a check already added is not added twice"""
-    st = rank_state()
-    if check not in st.checks: st.checks = st.checks + (check,)
-
 def _main_stack(limit:int=12, # the innermost frames to keep
                )->str:        # the frames as `traceback.format_stack` writes them, innermost last
     "The Python stack of this process's main thread now, read from any thread; '' when it has none"
     f = sys._current_frames().get(threading.main_thread().ident)
     return '' if f is None else ''.join(traceback.format_stack(f)[-limit:])
-
-def waits_for_others(p:dict)->bool:
-    "True when position `p` waits for other ranks: in a collective (or its set-up), DDP's gradient sync, a barrier"
-    return p.get('op') in ('collective', 'setup', 'barrier') or bool(p.get('sync'))
 
 def _note_step(p:dict, now:float):
     "Time the training steps from position `p` seen at `now` (the watchdog's tick), in the state's `steps`"
@@ -223,7 +200,7 @@ class _Watchdog(threading.Thread):
         "Make `write(js)`, one store call through a `JobStore`, the second call of a coming tick, in place of its read"
         self.todo.append(write)
 
-    def heartbeat(self, now:float)->dict:
+    def heartbeat(self, now:float)->Heartbeat:
         """This rank's heartbeat now; notes when its position last changed. The oldest collective queued and not
         done after the hold (`RankState.hold`; NCCL's, `mark_queued`) is its position, the main thread's after it"""
 
@@ -234,9 +211,9 @@ class _Watchdog(threading.Thread):
         if key != self.pos_key: self.pos, self.pos_key, self.pos_since = p, key, since
 
         self.beat += 1
-        return dict(self.me, beat=self.beat, state=st.state, code=st.code, group=st.group, pos=p,
-                    age=round(now - self.pos_since, 1), cancels=st.cancels, barriers=st.barriers, left=st.left,
-                    colls=st.colls)
+        return Heartbeat(**self.me, beat=self.beat, state=st.state, code=st.code, group=st.group, pos=p,
+                         age=round(now - self.pos_since, 1), cancels=st.cancels, barriers=st.barriers, left=st.left,
+                         colls=st.colls)
 
     def publish(self, store):
         """Publish this rank's heartbeat now through `store` (the main thread's client: the first heartbeat, a change
@@ -298,26 +275,26 @@ class _Watchdog(threading.Thread):
             if how is not None: return self.peer_failed(self.passed[0], how, self.passed[1])
         if self.watched is None: return
         if not self.known: self.known = self.store.check([hb_key])  # until its first heartbeat
-        else: self.watch(JobStore.parse_heartbeat(self.values[hb_key]), now)
+        else: self.watch(Heartbeat.decode(self.values[hb_key]), now)
 
-    def watch(self, hb:dict, now:float):
+    def watch(self, hb:Heartbeat, now:float):
         "The verdict on the watched rank from its heartbeat `hb`: report it if it failed this rank"
         beat, since = self.seen if self.seen is not None else (None, now)
-        if hb.get('beat') != beat: beat, since = hb.get('beat'), now
+        if hb.beat != beat: beat, since = hb.beat, now
         self.seen = (beat, since)
         st = rank_state()
         me = {'group': st.group, 'state': st.state}
-        proc = proc_state(hb, self.me)
+        proc = proc_state(hb.ident, self.me)
         how = _peer_verdict(hb, now - since, me, self.timeout, proc)
-        if how is not None and proc == 'gone' and hb.get('state') != 'exited' and _exits_recorded():
+        if how is not None and proc == 'gone' and not hb.exited and _exits_recorded():
             self.gone = self.gone or now  # its launcher publishes an exit without a goodbye: the failures counter
-            if now - self.gone < _EXIT_RECORD_WAIT: return  # brings its words (`record_exit`) within a tick or two
+            if now - self.gone < _EXIT_RECORD_WAIT: return  # brings its words (`LauncherView.record_exit`) soon
         if how is not None: return self.peer_failed(self.watched, how, hb)
-        if hb.get('state') == 'exited' and self.watched != self.ring[-1]:  # it said goodbye: watch the next one
+        if hb.exited and self.watched != self.ring[-1]:  # it said goodbye: watch the next one
             self.passed = self.passed or (self.watched, hb)
             self.watched, self.known, self.seen = self.ring[self.ring.index(self.watched) + 1], False, None
 
-    def peer_failed(self, r:int, how:str, hb:dict):
+    def peer_failed(self, r:int, how:str, hb:Heartbeat):
         "Peer `r` (last heartbeat `hb`) failed this rank: report it and end"
         blame = {r: {'how': how, 'where': _heartbeat_where(hb)}}
         self.end(PeerFailedError(f"rank {self.world.rank} stops: {blame_text(blame)} (its last heartbeat)", blame))
@@ -372,13 +349,13 @@ class _Watchdog(threading.Thread):
             stack:bool=False,             # with the main thread's stack in the default `tb`
             line:str|None=None,           # the line the process ends with; default 'distrib: <err>'
             wait:float=GRACE,             # seconds the main thread has to end by itself first
-            code:int|None=1,              # the exit code after `wait`; None: the script's own (`script_ended`), or 1
+            code:int|None=1,              # the exit code after `wait`; None: the script's own (`_script_ended`), or 1
            ):
         """The one way a rank ends from its watchdog, whatever the cause (a peer failed, the job failed, rank 0's
         verdict, the store gone, a check's timeout: a long phase, a stall, a queued collective, a deadlock; or, with
-        `err` None, the main thread failing by itself): report `err` as this rank's failure (`report_failure`: its
+        `err` None, the main thread failing by itself): report `err` as this rank's failure (`_report_failure`: its
         record, and the job's order of failures), give the main thread `wait` seconds to end by itself, then end the
-        process (`exit_now`). When the main thread reaches `stop_liveness` first, return instead: the process ends
+        process (`exit_now`). When the main thread reaches `_stop_liveness` first, return instead: the process ends
         with the script's own exit code, and the cause's stays the job's."""
         self.ending = True
         if err is not None:
@@ -386,25 +363,17 @@ class _Watchdog(threading.Thread):
                 main = f"Rank {self.world.rank}'s main thread (innermost last):\n{self.main_stack()}" if stack else ''
                 tb = (f"{type(err).__name__}: {err}\n(raised by distrib's watchdog thread; the main thread was in "
                       f"{describe(position())})\n{main}")
-            report_failure(err, store=self.store, tb_text=tb)
+            _report_failure(err, store=self.store, tb_text=tb)
         if self.halt.wait(wait): return
         exit_now((rank_state().code or 1) if code is None else code, line or f"distrib: {err}")
 
     def linger(self):
         """This rank is failing by itself: make sure the process ends, even if its teardown hangs. Returns when the
-        main thread reaches `stop_liveness` (its teardown is over), so that the process ends with its own code"""
+        main thread reaches `_stop_liveness` (its teardown is over), so that the process ends with its own code"""
         self.end(None, wait=3*GRACE, code=None, line=f"distrib: rank {self.world.rank} is still "
                  f"running {3*GRACE:.0f} s after it failed (a hung teardown?): ending it")
 
 # %% ../../nbs/05_runtime.liveness.ipynb #a40e0002
-AT_DIR_ENV = 'DISTRIB_AT_DIR'  # the environment variable naming the directory of the workers' at-records
-def _at_record_path(directory:str,     # the job's directory of at-records (`DISTRIB_AT_DIR`)
-                   rank:int,          # the worker's global rank
-                   restart_count:int=0, # the attempt (torchrun's TORCHELASTIC_RESTART_COUNT)
-                  )->str:             # the file's path
-    "The file of rank `rank`'s at-record in attempt `restart_count`, in `directory`"
-    return os.path.join(directory, f"{restart_count}.{rank}")
-
 class _AtRecord:
     """This rank's at-record in the local file `path`, opened (created, emptied) once: calling it writes where the
     main thread is now and its count of distrib collectives (`position()`, `RankState.colls`) with one `os.pwrite`
@@ -427,38 +396,13 @@ class _AtRecord:
 def _local_at_record(world:World)->_AtRecord|None:
     """The `_AtRecord` of rank `world.rank` in the directory that `distrib.launch`'s agent names in `DISTRIB_AT_DIR`;
     None without one (another launcher), or when its file cannot be created (one line on stderr says so)"""
-    d = os.environ.get(AT_DIR_ENV)
+    d = os.environ.get(JobStore.AT_DIR_ENV)
     if not d: return None
-    try: return _AtRecord(_at_record_path(d, world.rank, world.restart_count))
+    try: return _AtRecord(JobStore.at_record_path(d, world.rank, world.restart_count))
     except OSError as e:
         print(f"distrib: rank {world.rank}: cannot write its at-record in {d} ({e}); after a crash inside a "
               "collective the launcher's summary goes by the heartbeats alone", file=sys.stderr)
         return None
-
-def _read_at_record(path:str)->dict|None:
-    """The at-record `{'pos', 'colls'}` in the file `path`; None when there is none (no file, or an empty one: its
-    rank entered no distrib collective yet) or when it cannot be read whole (read three times: a rewrite may be
-    under way)"""
-    for _ in range(3):
-        try:
-            with open(path, 'rb') as f: data = f.read(JobStore.AT_RECORD_BYTES)
-        except OSError: return None
-        try: return JobStore.decode_at_record(data)
-        except ValueError: continue  # read in the middle of a rewrite: read again
-    return None
-
-def copy_at_records(store,             # a client of the job's store, its keys unprefixed (the launcher's agent's)
-                    directory:str,     # the job's directory of at-records on this node (`DISTRIB_AT_DIR`)
-                    ranks,             # the global ranks of the agent's workers
-                    restart_count:int=0, # the attempt they ran in (torchrun's TORCHELASTIC_RESTART_COUNT)
-                   )->dict:            # rank -> the record copied
-    """For a launcher's agent whose run failed: copy its workers' at-records from `directory` into the job's store as
-    `at/<rank>` under liveness's prefix, in one `multi_set` (no call when none has a record), for the launcher's
-    summary (`distrib.runtime.postmortem.last_positions`). Raises the store's errors."""
-    recs = {r: _read_at_record(_at_record_path(directory, r, restart_count)) for r in ranks}
-    recs = {r: rec for r, rec in recs.items() if rec is not None}
-    JobStore(store, restart_count).copy_at_records(recs)
-    return recs
 
 
 # %% ../../nbs/05_runtime.liveness.ipynb #fd569f71
@@ -493,15 +437,11 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
     try: st.dog.publish(main)  # the first heartbeat, before this returns: an exit right after finds it in the store
     except Exception: pass  # the thread's ticks meet the store's trouble, and end this rank if it lasts
     st.announce = _local_at_record(world)
-    atexit.register(stop_liveness)
+    atexit.register(_stop_liveness)
     st.dog.start()
     return True
 
-def reset_liveness():
-    "Forget what this process's liveness state says (a forked worker starts with its parent's): no watchdog, no group"
-    reset_rank_state()
-
-def script_ended(code:int):
+def _script_ended(code:int):
     "Note that this rank's script ended with exit code `code` (it may still wait for the others at exit)"
     st = rank_state()
     st.state, st.code = 'ending', code
@@ -516,7 +456,7 @@ def set_group_state(state:str):
     try: dog.publish(st.main)
     except Exception: pass  # the store is gone: the watchdog's ticks meet it and end this rank
 
-def stop_liveness(code:int|None=None, # the exit code; default: the script's, else 1 after an uncaught exception
+def _stop_liveness(code:int|None=None, # the exit code; default: the script's, else 1 after an uncaught exception
                  ):
     """Stop the watchdog thread, then publish the last heartbeat: 'exited', with the exit code; an exited rank counts
     in the job's `waiting` counter for good. Runs at interpreter exit; call it before a process ends without running
@@ -537,26 +477,89 @@ def stop_liveness(code:int|None=None, # the exit code; default: the script's, el
         if not dog.counted: JobStore(st.main).add(JobStore.WAITING, 1)  # an exited rank waits for nothing, for good
     except Exception: pass  # exiting: a store already gone (rank 0 ended first) has no reader left
 
+# %% ../../nbs/05_runtime.liveness.ipynb #9a38d4bb
+def _not_users(filename:str)->bool:
+    "Whether a frame of file `filename` comes before the user's code: distrib's own, runpy's or contextlib's"
+    if filename.startswith('<frozen runpy'): return True
+    f = os.path.abspath(filename)
+    return f.startswith(_PKG) or f in (os.path.abspath(runpy.__file__), os.path.abspath(contextlib.__file__))
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules[rank_state.__module__].__file__))) + os.sep
+# distrib's package directory (from the module of `rank_state`: distrib/runtime/position.py)
+
+def _user_tb(tb):
+    "Traceback `tb` from its first frame of the user's code (`_not_users` skips the ones before); None when none is"
+    while tb is not None and _not_users(tb.tb_frame.f_code.co_filename): tb = tb.tb_next
+    return tb
+
+def _exit_code(e:BaseException)->int:
+    """The exit code of a process that `e` ends: a `sys.exit`'s (0 for None, 1 for a message), 130 for
+    `KeyboardInterrupt` (128 + SIGINT), else 1"""
+    if isinstance(e, SystemExit): return 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+    return 128 + signal.SIGINT if isinstance(e, KeyboardInterrupt) else 1
+
+def _report_leaving(e:BaseException, path:str|None):
+    """Report `e`, which leaves a `watched` block, as this rank's failure (its record in `path`, default the state's or
+    torchrun's): its tracebacks (its cause's too) from the user's code; a `KeyboardInterrupt` as one line on stderr,
+    where it struck; another exception printed when there is no record file to hold it (else the launcher prints
+    it); then `_settle`"""
+    x, seen = e, set()
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        tb = _user_tb(x.__traceback__)  # none of the user's: distrib's explanation of its cause shows none, else all
+        if tb is not None or x.__cause__ is not None: x.__traceback__ = tb
+        x = x.__cause__ or x.__context__
+    st = rank_state()
+    if isinstance(e, KeyboardInterrupt):  # Ctrl-C: one line per rank, not one traceback per rank
+        tb, where = traceback.extract_tb(e.__traceback__), _where_now()
+        msg = ("interrupted (SIGINT)" + (f" in {where}," if where else '') +
+               (f" at {tb[-1].filename}:{tb[-1].lineno} ({tb[-1].name})" if tb else ''))
+        _report_failure(KeyboardInterrupt(msg), path, tb_text=''.join(traceback.format_tb(e.__traceback__)))
+        r = st.world.rank if st.world is not None else current_world().rank
+        print(f"distrib: rank {r} {msg}", file=sys.stderr, flush=True)
+        return
+    rec = _report_failure(e, path)
+    if not isinstance(e, SystemExit) and not (path or st.record_path or os.environ.get('TORCHELASTIC_ERROR_FILE')):
+        sys.excepthook(type(e), e, e.__traceback__)
+    _settle(rec)
+
+@contextmanager
+def watched(record_path:str|None=None, # this rank's ErrorRecord file; default torchrun's TORCHELASTIC_ERROR_FILE
+            start:bool=True,           # start liveness on entry (`start_liveness`); False: the store is not known yet
+            fresh:bool=False,          # a forked worker: forget the state it inherited, and stop liveness at the end
+            add_checks=None,           # called before liveness starts: adds the watchdog's checks (`watch_stalls`)
+           ):
+    """Context manager: the block runs as this rank, watched. On entry, with `fresh`, the state a forked process
+    inherited is forgotten (no watchdog, no group, no at-records: the caller's are not this rank's); with `start`,
+    the watchdog's checks are added (`add_checks()`) and liveness starts. An exception that leaves the block (a
+    `sys.exit` with code 0 aside) is this rank's failure: reported once (its `ErrorRecord` in `record_path`,
+    tracebacks from the user's code, its number in the job's order of failures), a `KeyboardInterrupt` as one line
+    on stderr ('interrupted (SIGINT) in <where>, at <file:line>'), another exception printed when there is no record
+    file to hold it; then, when it is a consequence (a lost peer, a stall) reported before any cause, the cause's
+    report is awaited (`_settle`), and it is re-raised. On exit, the exit code is noted for the last heartbeat; with
+    `fresh`, liveness stops there (a forked worker runs no atexit handler; else it stops at interpreter exit).
+    `distrib.runtime.group.run_as_rank` is what a launcher calls."""
+    if fresh:
+        reset_rank_state()
+        os.environ.pop(JobStore.AT_DIR_ENV, None)  # inside a distrib.launch worker: its at-records are its ranks'
+    if start:
+        if add_checks is not None: add_checks()  # after the state is forgotten: its checks are the watchdog's
+        start_liveness(record_path=record_path)
+    code = 0
+    try: yield
+    except BaseException as e:
+        code = _exit_code(e)
+        if code: _report_leaving(e, record_path)
+        raise
+    finally:
+        _script_ended(code)
+        if fresh: _stop_liveness(code)
+
+
 # %% ../../nbs/05_runtime.liveness.ipynb #a37e0002
 def _exits_recorded()->bool:
-    """True when this rank's launcher publishes the exits of its workers that their peers cannot see (`record_exit`):
-    `distrib.launch`'s agent, which sets `DISTRIB_LAUNCHER_PID` for its workers"""
+    """True when this rank's launcher publishes the exits of its workers that their peers cannot see
+    (`distrib.runtime.postmortem.LauncherView.record_exit`): `distrib.launch`'s agent, which sets
+    `DISTRIB_LAUNCHER_PID` for its workers"""
     return bool(os.environ.get('DISTRIB_LAUNCHER_PID'))
 
-def record_exit(store,               # a client of the job's store, its keys unprefixed (the launcher's agent's)
-                rank:int,            # the global rank of the worker that exited
-                code:int,            # its exit code
-                restart_count:int=0, # the attempt it ran in (torchrun's TORCHELASTIC_RESTART_COUNT)
-               )->JobFailure|None:   # the record published; None when there was nothing to publish
-    """For a launcher that saw worker `rank` exit with `code`: publish the exit as the job's next failure
-    (`failure/<seq>`, kind 'exit', blaming `rank` in the words of `_exit_verdict`), which every rank's watchdog reads
-    at its next tick, when its peers cannot know it: exit code 0 without a goodbye in its last heartbeat, or any code
-    before its first heartbeat. Nothing when its heartbeat says goodbye (its watcher judges that, `_peer_verdict`) or
-    for another code after its first heartbeat (the launcher ends the job itself). Raises the store's errors."""
-    js = JobStore(store, restart_count)
-    hb = js.heartbeat(rank)
-    if hb and (hb.get('state') == 'exited' or code != 0): return None
-    how, where = _exit_verdict(hb, code), _heartbeat_where(hb or {})
-    info = JobFailure('exit', rank, how, where, {rank: {'how': how, 'where': where}}, code=code)
-    js.report(info)
-    return info

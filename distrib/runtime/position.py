@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, MISSING
 
 # %% auto #0
 __all__ = ['RankState', 'rank_state', 'reset_rank_state', 'doing', 'seconds_or_none', 'long_phase', 'track', 'position',
-           'describe', 'mark_queued', 'oldest_queued', 'queue_tracking']
+           'describe', 'waits_for_others', 'wait_id', 'mark_queued', 'oldest_queued', 'queue_tracking']
 
 # %% ../../nbs/04_runtime.position.ipynb #a30e0002
 @dataclass(eq=False)
@@ -229,6 +229,14 @@ def describe(p:dict)->str:
     where = ', '.join(parts) or 'its script, outside any Learner event or distrib operation'
     if p.get('queued'): where += f", queued and not done (its main thread has gone on to {p.get('main')})"
     return where
+
+def waits_for_others(p:dict)->bool:
+    "True when position `p` waits for other ranks: in a collective (or its set-up), DDP's gradient sync, a barrier"
+    return p.get('op') in ('collective', 'setup', 'barrier') or bool(p.get('sync'))
+
+def wait_id(p:dict)->tuple:
+    "What identifies one wait at position `p` across ranks: the loop's step and distrib's operation"
+    return tuple(p.get(k) for k in ('event', 'epoch', 'batch', 'training', 'level', 'sync', 'op', 'name', 'id'))
 
 
 # %% ../../nbs/04_runtime.position.ipynb #a30e0402

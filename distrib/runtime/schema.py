@@ -4,11 +4,11 @@
 
 # %% ../../nbs/04a_runtime.schema.ipynb #b5c0a002
 from __future__ import annotations
-import json, zlib, datetime
-from dataclasses import dataclass, asdict, fields
+import os, json, zlib, datetime
+from dataclasses import dataclass, field, asdict, fields
 
 # %% auto #0
-__all__ = ['JobFailure', 'JobStore']
+__all__ = ['JobFailure', 'Heartbeat', 'JobStore']
 
 # %% ../../nbs/04a_runtime.schema.ipynb #b5c0a007
 _WAITING_GEN = 1 << 20  # `waiting` and `straggler` counters: a count in their low 20 bits, how often it restarted above
@@ -55,12 +55,65 @@ class JobFailure:
             if d.get(k): d[k] = {int(r): b for r, b in d[k].items()}
         return cls(**{f.name: d.get(f.name) for f in fields(cls) if f.name in d} | {'kind': d.get('kind') or 'raised'})
 
-def _parse_heartbeat(raw)->dict:
-    """A heartbeat read from the store (bytes or str; JSON of a dict, `JobStore.publish_heartbeat`); {} for one that
-    is not a JSON object (never a reason to stop a rank)"""
-    try: hb = json.loads(raw)
+def _json_object(raw)->dict:
+    "The JSON object in `raw` (bytes or str); {} for one that is not a JSON object"
+    try: d = json.loads(raw)
     except ValueError: return {}
-    return hb if isinstance(hb, dict) else {}
+    return d if isinstance(d, dict) else {}
+
+@dataclass
+class Heartbeat:
+    """A rank's heartbeat (`hb/<rank>`), which its watchdog publishes each second and its watcher, the waits, the
+    watchdog's checks and the launcher read. Its process, as `distrib.runtime.procs.identity` gives it (`pid`,
+    `host`, `boot`, `ns`, `start`: for `proc_state`, `ident`); `beat`, a count that grows at each heartbeat;
+    `state` 'running', 'ending' (its script returned or raised) or 'exited' (its last heartbeat), with the exit
+    `code`; `group` 'none', 'joining', 'joined' or 'left' (the process group); `pos`, where its main thread is
+    (`distrib.runtime.position.position`), and `age`, the seconds it has been there; its counts of Cancel*Exception
+    checks (`cancels`), store barriers (`barriers`) and distrib collectives (`colls`; None: not said); `left`,
+    `{'error', 'where'}` of an exception that left distrib_ctx. `at` is not published: the launcher's reader adds
+    the collective the rank last entered (`JobStore.all_heartbeats`)."""
+    pid:int|None=None
+    host:str|None=None
+    boot:str|None=None
+    ns:str|None=None
+    start:str|None=None
+    beat:int|None=None
+    state:str='running'
+    code:int|None=None
+    group:str='none'
+    pos:dict=field(default_factory=dict)
+    age:float=0.
+    cancels:int=0
+    barriers:int=0
+    left:dict|None=None
+    colls:int|None=None
+    at:dict|None=None
+
+    @property
+    def ident(self)->dict:
+        "Its process's identity (`distrib.runtime.procs.identity`), for `proc_state`"
+        return {'pid': self.pid, 'host': self.host, 'boot': self.boot, 'ns': self.ns, 'start': self.start}
+
+    @property
+    def exited(self)->bool:
+        "Whether it is its rank's last one (`state` 'exited')"
+        return self.state == 'exited'
+
+    def encode(self)->str:
+        "The heartbeat as the store holds it: a JSON object (without `at`)"
+        d = asdict(self)
+        del d['at']
+        return json.dumps(d)
+
+    @classmethod
+    def decode(cls, raw)->Heartbeat:
+        """The heartbeat of `raw` (`encode`'s JSON, bytes or str; keys it does not know ignored, the missing ones at
+        their defaults); an empty one for a value that is not a JSON object (never a reason to stop a rank)"""
+        d = _json_object(raw)
+        names = {f.name for f in fields(cls)}
+        hb = cls(**{k: v for k, v in d.items() if k in names})
+        if not isinstance(hb.pos, dict): hb.pos = {}
+        return hb
 
 def _encode_at_record(pos:dict, colls:int)->bytes:
     "The at-record of position `pos` after `colls` distrib collectives, as `_AT_RECORD_BYTES` bytes (long names cut)"
@@ -87,8 +140,9 @@ class JobStore:
     FAILURES, WAITING, STRAGGLER, EXPLAIN, STRAGGLERS = 'failures', 'waiting', 'straggler', 'explain', 'stragglers'
     COUNTERS = (FAILURES, WAITING, STRAGGLER)  # the job's counters, which every watchdog tick reads
     WAITING_GEN, AT_RECORD_BYTES = _WAITING_GEN, _AT_RECORD_BYTES
-    parse_heartbeat, encode_at_record = staticmethod(_parse_heartbeat), staticmethod(_encode_at_record)
+    encode_at_record = staticmethod(_encode_at_record)
     decode_at_record = staticmethod(_decode_at_record)
+    AT_DIR_ENV = 'DISTRIB_AT_DIR'  # the environment variable naming the node's directory of at-records
     def __init__(self, store, restart_count:int|None=None):
         self.store, self.pre = store, '' if restart_count is None else f"{JobStore.prefix(restart_count)}/"
 
@@ -102,6 +156,14 @@ class JobStore:
         (the main thread's stack as a wait starts), 'failure/<seq>', 'at/<rank>' (an at-record the agent copied),
         'barrier/...', 'cancel/...', 'work/<slot>/...' (a straggler round's counters) or 'stragglers'"""
         return self.pre + name
+
+    @staticmethod
+    def at_record_path(directory:str,     # the node's directory of at-records (`AT_DIR_ENV`)
+                       rank:int,          # the worker's global rank
+                       restart_count:int=0, # the attempt (torchrun's TORCHELASTIC_RESTART_COUNT)
+                      )->str:             # the file's path
+        "The local file of rank `rank`'s at-record in attempt `restart_count`, in `directory` (no store key)"
+        return os.path.join(directory, f"{restart_count}.{rank}")
 
     def hb_key(self, rank:int)->str: return self.key(f'hb/{rank}')
     def announce_key(self, n:int)->str: return self.key(f'rank0_only/{n}')
@@ -140,10 +202,10 @@ class JobStore:
         "Make the job's `COUNTERS` exist (at 0, or as they are): every tick's `multi_get` reads them. Three `add`s"
         for k in JobStore.COUNTERS: self.store.add(self.key(k), 0)
 
-    def publish_heartbeat(self, rank:int, hb:dict, stack:str|None=None):
-        "Publish `rank`'s heartbeat `hb` (a JSON object), and its main thread's `stack` when given: one call"
-        if stack is None: self.store.set(self.hb_key(rank), json.dumps(hb))
-        else: self.store.multi_set([self.hb_key(rank), self.stack_key(rank)], [json.dumps(hb), stack])
+    def publish_heartbeat(self, rank:int, hb:Heartbeat, stack:str|None=None):
+        "Publish `rank`'s heartbeat `hb`, and its main thread's `stack` when given: one call"
+        if stack is None: self.store.set(self.hb_key(rank), hb.encode())
+        else: self.store.multi_set([self.hb_key(rank), self.stack_key(rank)], [hb.encode(), stack])
 
     def _existing(self, keys:list)->dict:
         "{index in `keys`: value} of those that exist: one `check` and one `multi_get` (a `check` each when some lack)"
@@ -156,12 +218,12 @@ class JobStore:
         """The last heartbeat of each rank of `ranks` that published one, by rank: one `check` of them all, then one
         `multi_get` (when one has not published any yet, a `check` per rank first, only then)"""
         ranks = list(ranks)
-        return {ranks[i]: _parse_heartbeat(v) for i, v in self._existing([self.hb_key(r) for r in ranks]).items()}
+        return {ranks[i]: Heartbeat.decode(v) for i, v in self._existing([self.hb_key(r) for r in ranks]).items()}
 
-    def heartbeat(self, rank:int)->dict|None:
+    def heartbeat(self, rank:int)->Heartbeat|None:
         "The last heartbeat of `rank`; None when it published none. A `check`, then a `get`"
         k = self.hb_key(rank)
-        return _parse_heartbeat(self.store.get(k)) if self.store.check([k]) else None
+        return Heartbeat.decode(self.store.get(k)) if self.store.check([k]) else None
 
     def stacks(self, ranks)->dict:
         "The main-thread stacks (text) that ranks `ranks` published as each started to wait, by rank (as `heartbeats`)"
@@ -209,7 +271,7 @@ class JobStore:
         else: hbs = self.heartbeats(range(world_size))
         ranks = sorted(hbs)
         for i, v in self._existing([self.key(f'at/{r}') for r in ranks]).items():
-            hbs[ranks[i]]['at'] = _parse_heartbeat(v)
+            hbs[ranks[i]].at = _json_object(v)
         return hbs
 
     def append_straggler(self, rec:dict):
@@ -219,4 +281,4 @@ class JobStore:
     @staticmethod
     def stragglers(raw:bytes)->list:
         "The straggler records (dicts) in `raw`, the value of `STRAGGLERS`, in the order they were appended"
-        return [_parse_heartbeat(line) for line in raw.decode().splitlines()]
+        return [_json_object(line) for line in raw.decode().splitlines()]

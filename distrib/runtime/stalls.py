@@ -6,17 +6,16 @@
 from __future__ import annotations
 import os, sys, json, math
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, LongPhaseTimeoutError,
                                     blame_text)
-from .position import rank_state, describe, position, seconds_or_none
-from .schema import JobStore, JobFailure
-from .liveness import add_check, waits_for_others
-from .waits import stuck_error, wait_id
+from .position import rank_state, describe, position, seconds_or_none, waits_for_others, wait_id
+from .schema import JobStore, JobFailure, Heartbeat
+from .waits import stuck_error
 from .stragglers import watch_stragglers
 
 # %% auto #0
-__all__ = ['stall_report_after', 'check_stall_timeout', 'stall_timeout_for', 'watch_stalls']
+__all__ = ['stall_timeout_for', 'watch_stalls']
 
 # %% ../../nbs/07_runtime.stalls.ipynb #5ffc1f65
 _STALL_FLOOR = 60.0   # seconds: the least time a rank is stuck before the default report
@@ -33,7 +32,7 @@ def _env_seconds(name:str)->float|None:
     if not t >= 0 or math.isinf(t): raise ValueError(f"{name}={v!r}: it must be a number of seconds >= 0 (0: off)")
     return t
 
-def stall_report_after()->float|None:
+def _stall_report_after()->float|None:
     """Seconds a rank stays stuck before its stall is reported: `DISTRIB_STALL_REPORT` (0: never); None when unset:
     the default, `max(_STALL_FLOOR, _STALL_STEPS` × the fit's median step time`)`. Raises `ValueError` for a value that
     is not a number >= 0."""
@@ -46,14 +45,16 @@ def _stall_timeout()->float|None:
     t = rank_state().stall_timeout
     return (t if t is not None else _env_seconds('DISTRIB_STALL_TIMEOUT')) or None
 
-def check_stall_timeout(t)->float|None:
-    "`t` as seconds (a number > 0, or None); `ValueError` otherwise, saying what to pass"
-    return seconds_or_none(t, 'stall_timeout={!r}', 'to only report stalls')
+def stall_timeout_for(t:float|None, # seconds a rank may stay stuck while others wait; None: leave it as it is
+                     ):
+    """Check `t` now, then return a context manager inside whose block `_stall_timeout()` is `t`
+    (`distrib_ctx(stall_timeout=...)`, which calls it first, also in a single process, and enters it once the group
+    exists). Raises `ValueError`, saying what to pass, for a `t` that is neither a number of seconds > 0 nor None."""
+    return _stall_timeout_block(seconds_or_none(t, 'stall_timeout={!r}', 'to only report stalls'))
 
 @contextmanager
-def stall_timeout_for(t:float|None, # seconds (`check_stall_timeout`); None: leave the setting as it is
-                     ):
-    "Context manager: `_stall_timeout()` is `t` inside the block (`distrib_ctx(stall_timeout=...)`)"
+def _stall_timeout_block(t:float|None):
+    "The block of `stall_timeout_for(t)`"
     st = rank_state()
     prev = st.stall_timeout
     if t is not None: st.stall_timeout = t
@@ -62,10 +63,10 @@ def stall_timeout_for(t:float|None, # seconds (`check_stall_timeout`); None: lea
 
 # %% ../../nbs/07_runtime.stalls.ipynb #54fa9d75
 def _stall_report_threshold(dog)->float:
-    """Seconds a rank stays stuck before its stall is reported: `stall_report_after()`, else `max(_STALL_FLOOR,
+    """Seconds a rank stays stuck before its stall is reported: `_stall_report_after()`, else `max(_STALL_FLOOR,
     _STALL_STEPS` × the fit's median step time`)`, which the rank's `_Watchdog` `dog` gives (`dog.median_step()`);
     `math.inf` when reports are off (`DISTRIB_STALL_REPORT=0`)"""
-    after = stall_report_after()
+    after = _stall_report_after()
     if after is None: after = max(_STALL_FLOOR, _STALL_STEPS * dog.median_step())
     return after or math.inf
 
@@ -133,16 +134,16 @@ def _diverged(mine:dict,   # this rank's position (it waits)
     rank in the barrier as the cause."""
     odd = {}
     for r, hb in hbs.items():
-        p, left = hb.get('pos') or {}, hb.get('left')
-        if hb.get('state') == 'exited': continue
+        p, left = hb.pos, hb.left
+        if hb.exited: continue
         if left and not p.get('event') and mine.get('event'):
             odd[r] = {'how': _LEFT, 'where': describe(p)}
             continue
-        if not waits_for_others(p) or hb.get('age', 0) < hold: return None  # a rank at work: it may still come
+        if not waits_for_others(p) or hb.age < hold: return None  # a rank at work: it may still come
         if 'barrier' in (p.get('op'), mine.get('op')): return None
         if wait_id(p) != wait_id(mine): odd[r] = {'how': 'waits', 'where': describe(p)}
-        elif hb.get('colls', colls) != colls:
-            odd[r] = {'how': f"waits at the same point, but after {hb['colls']} distrib collectives against this "
+        elif hb.colls is not None and hb.colls != colls:
+            odd[r] = {'how': f"waits at the same point, but after {hb.colls} distrib collectives against this "
                              f"rank's {colls} (a collective ran on some ranks only: the ranks' collectives no longer "
                              f"pair up)", 'where': describe(p)}
     return odd or None
@@ -167,13 +168,13 @@ def _verdict(hbs:dict,    # rank -> last heartbeat, of every rank (each waits, l
             )->_Verdict:
     """What the heartbeats of every rank show, a `_Verdict`: a wait shorter than `hold` s is 'young' (look again),
     but for ranks gone past a Cancel*Exception's check, which never come back"""
-    live = {r: hb for r, hb in hbs.items() if hb.get('state') != 'exited'}
-    gone = {r: hb for r, hb in hbs.items() if hb.get('state') == 'exited'}
-    left = {r: hb for r, hb in live.items() if hb.get('left') and not (hb.get('pos') or {}).get('event')}
-    waiting = {r: hb for r, hb in live.items() if r not in left and waits_for_others(hb.get('pos') or {})}
+    live = {r: hb for r, hb in hbs.items() if not hb.exited}
+    gone = {r: hb for r, hb in hbs.items() if hb.exited}
+    left = {r: hb for r, hb in live.items() if hb.left and not hb.pos.get('event')}
+    waiting = {r: hb for r, hb in live.items() if r not in left and waits_for_others(hb.pos)}
     if len(left) + len(waiting) < len(live) or not waiting: return _MOVING
-    young = any(hb.get('age', 0) < hold for hb in waiting.values())
-    pos = {r: hb.get('pos') or {} for r, hb in waiting.items()}
+    young = any(hb.age < hold for hb in waiting.values())
+    pos = {r: hb.pos for r, hb in waiting.items()}
     cancel = [r for r, p in pos.items() if p.get('op') == 'barrier' and JobStore.is_cancel(p.get('id'))]
     if cancel and not left:  # ranks past the point of a Cancel*Exception's check never come back to it: no hold
         c, keys = min(cancel), {r: wait_id(p) for r, p in pos.items()}
@@ -183,14 +184,14 @@ def _verdict(hbs:dict,    # rank -> last heartbeat, of every rank (each waits, l
             return _Verdict('deadlock', 'cancel', c, odd)
     if young: return _YOUNG
     if left and any(p.get('event') for p in pos.values()):
-        return _Verdict('deadlock', 'left', min(left), {r: {'how': _LEFT, 'where': describe(hb.get('pos') or {})}
+        return _Verdict('deadlock', 'left', min(left), {r: {'how': _LEFT, 'where': describe(hb.pos)}
                                                           for r, hb in left.items()})
     keys = {r: wait_id(p) for r, p in pos.items()}
     if len(set(keys.values())) == 1:
         if gone: return _Verdict('deadlock', 'exited', None, {r: {
-            'how': f"exited with code {hb.get('code')} before reaching it", 'where': describe(hb.get('pos') or {})}
+            'how': f"exited with code {hb.code} before reaching it", 'where': describe(hb.pos)}
             for r, hb in gone.items()})
-        return _MOVING if len({hbs[r].get('colls') for r in waiting}) == 1 else _Verdict('deadlock', 'paired', None, {})
+        return _MOVING if len({hbs[r].colls for r in waiting}) == 1 else _Verdict('deadlock', 'paired', None, {})
     barrier = [r for r, p in pos.items() if p.get('op') == 'barrier']
     if not barrier: return _Verdict('deadlock', 'paired', None, {})
     c = min(barrier)
@@ -203,7 +204,7 @@ def _stacks(store, ranks)->str:
 
 def _deadlock_text(me:int, mine:dict, odd:dict, hbs:dict)->str:
     "Deadlock `odd` (`_diverged`, `_verdict`) as rank `me`, waiting at `mine`, sees it, in words"
-    starts = [_left_text(r, hb['left']) for r, hb in sorted(hbs.items()) if hb.get('left')]
+    starts = [_left_text(r, hb.left) for r, hb in sorted(hbs.items()) if hb.left]
     theirs = '; '.join(f"rank {r} {b['how']} in {b['where']}" for r, b in odd.items())
     return (f"rank {me} waits in {describe(mine)}, but {theirs}: no rank can ever move (a deadlock, found by rank 0's "
             "watchdog). " + (f"It started when {'; '.join(starts)}. " if starts else '') + "Every rank must run the "
@@ -220,18 +221,17 @@ def _confirmed(key:str, odd:dict, hbs:dict)->bool:
     st = rank_state()
     seen = (key, json.dumps(odd, sort_keys=True))
     if st.suspect is None or st.suspect[:2] != seen:
-        st.suspect = seen + ({r: hbs[r].get('beat', 0) for r in odd},)
+        st.suspect = seen + ({r: hbs[r].beat or 0 for r in odd},)
         return False
-    return all(hbs[r].get('beat', 0) > st.suspect[2][r] for r in odd)
+    return all((hbs[r].beat or 0) > st.suspect[2][r] for r in odd)
 
 def _publish(dog, why:str, cause:int, odd:dict, hbs:dict):
     """Publish the verdict that `cause` caused the deadlock (`_verdict`'s `why` and `odd`) in the job's failure
     counter, for every rank's next tick; this rank's watchdog acts on it at once"""
-    pos = hbs[cause].get('pos') or {}
+    pos = hbs[cause].pos
     if why == 'left':
-        w = min(r for r, hb in hbs.items() if r not in odd and (hb.get('pos') or {}).get('event')
-                and waits_for_others(hb.get('pos') or {}))
-        text, blame = _deadlock_text(w, hbs[w].get('pos') or {}, odd, hbs), {cause: odd[cause]}
+        w = min(r for r, hb in hbs.items() if r not in odd and hb.pos.get('event') and waits_for_others(hb.pos))
+        text, blame = _deadlock_text(w, hbs[w].pos, odd, hbs), {cause: odd[cause]}
     else:
         text = (f"rank {cause} waits in {describe(pos)}, but {blame_text(odd)}: each waits for the other, forever "
                 f"(found by rank 0's watchdog)")
@@ -251,7 +251,8 @@ def _examine(dog,        # rank 0's `_Watchdog`
     if v % JobStore.WAITING_GEN < n or st.settled == (v // JobStore.WAITING_GEN, dog.pos_key): st.suspect = None; return
     hold = max(_MISMATCH_AFTER, 2*dog.median_step())
     hbs, mine = dog.js.heartbeats(range(n)), dog.pos
-    hbs[0] = dict(hbs.get(0, {}), pos=mine, age=now - dog.pos_since, left=st.left, colls=st.colls, state=st.state)
+    hbs[0] = replace(hbs.get(0, Heartbeat()), pos=mine, age=now - dog.pos_since, left=st.left, colls=st.colls,
+                     state=st.state)
     found = _verdict(hbs, hold)
     if found.state == 'moving': st.settled, st.suspect = (v // JobStore.WAITING_GEN, dog.pos_key), None; return
     if found.state == 'young': return
@@ -280,11 +281,11 @@ def _stall(dog, mine:dict, age:float):
     if st.waiting % JobStore.WAITING_GEN == 0: return  # nobody waits (the counter as the watchdog last read it)
     me, n = dog.world.rank, dog.world.world_size
     hbs = dog.js.heartbeats([r for r in range(n) if r != me])  # once per stall: one check, one multi_get
-    waiting = {r: hb for r, hb in hbs.items() if hb.get('state') != 'exited' and waits_for_others(hb.get('pos') or {})}
+    waiting = {r: hb for r, hb in hbs.items() if not hb.exited and waits_for_others(hb.pos)}
     if not waiting: st.stall_reported = (dog.pos_key, st.waiting); return  # look again once the counter changes
     st.stall_reported = dog.pos_key
     shown = dict(list(waiting.items())[:4])
-    others = '; '.join(f"rank {r} waits in {describe(hb['pos'])} (for {hb.get('age', 0):.0f} s)"
+    others = '; '.join(f"rank {r} waits in {describe(hb.pos)} (for {hb.age:.0f} s)"
                        for r, hb in shown.items()) + (f"; and {len(waiting) - 4} more ranks wait"
                                                       if len(waiting) > 4 else '')
     where = describe(mine)
@@ -330,7 +331,7 @@ def _watch(dog,        # the rank's `_Watchdog`, after its tick's store calls
 
 def watch_stalls():
     """Have the watchdog run the deadlock and stall checks (`_watch`) and the straggler check (`watch_stragglers`) at
-    each tick (`distrib.runtime.liveness.add_check`): whoever starts liveness calls it first (`setup_distrib`, the
-    worker of `python -m distrib.launch`, `notebook_launch`); calling it again does nothing"""
-    add_check(_watch)
-    add_check(watch_stragglers)
+    each tick, after its store calls (`RankState.checks`, each called as `check(watchdog, now)`): whoever starts
+    liveness calls it first (`setup_distrib`, `distrib.runtime.group.run_as_rank`); calling it again does nothing"""
+    st = rank_state()
+    st.checks = st.checks + tuple(c for c in (_watch, watch_stragglers) if c not in st.checks)

@@ -11,7 +11,7 @@ from .position import rank_state
 from .schema import JobStore
 
 # %% auto #0
-__all__ = ['straggler_steps', 'straggler_ratio', 'StepTimer', 'watch_stragglers']
+__all__ = ['StepTimer', 'watch_stragglers']
 
 # %% ../../nbs/06a_runtime.stragglers.ipynb #a30e0301
 _STRAGGLER_STEPS = 200      # `DISTRIB_STRAGGLER_STEPS` by default: the steps a rank's time per step is averaged over
@@ -23,7 +23,7 @@ _HIST_RATIO = 1.25    # each bucket's upper edge is 1.25 times its lower one
 _HIST_BUCKETS = 64    # buckets, 0.1 ms to about 127 s (the last from 1e-4 * 1.25**63 s); the ends take the rest
 _FIELD, _PER_KEY, _SLOTS = 15, 4, 4  # 15-bit counts, 4 of them per counter; the rounds whose counters are kept
 
-def straggler_steps()->int:
+def _straggler_steps()->int:
     """The training steps a rank's time per step is averaged over for the straggler check:
     `DISTRIB_STRAGGLER_STEPS`, default `_STRAGGLER_STEPS`; 0 switches the check off. Raises `ValueError` for a value
     that is not an integer >= 0."""
@@ -32,7 +32,7 @@ def straggler_steps()->int:
     if not v.isdigit(): raise ValueError(f"DISTRIB_STRAGGLER_STEPS={v!r}: it must be a number of steps >= 0 (0: off)")
     return int(v)
 
-def straggler_ratio()->float:
+def _straggler_ratio()->float:
     """How many times the median rank's time per step a straggler spends: `DISTRIB_STRAGGLER_RATIO`, default
     `_STRAGGLER_RATIO`; 0 switches the check off. Raises `ValueError` for a value that is neither 0 nor a number > 1."""
     v = os.environ.get('DISTRIB_STRAGGLER_RATIO', '').strip()
@@ -66,7 +66,7 @@ class StepTimer:
     to the next, less backward (`before_backward` to `after_backward`: DDP's all-reduce of gradients waits there),
     less the spans between `wait_began` and `wait_ended` (DDP's buffer broadcast in the forward) and the seconds
     `RankState.waited` grew (distrib's collectives, barriers, declared long phases). `mean()` is the mean over the
-    last `steps` steps (seconds); `ratio` is the straggler check's `straggler_ratio()`, read once, in the main
+    last `steps` steps (seconds); `ratio` is the straggler check's `_straggler_ratio()`, read once, in the main
     thread. On a CUDA device (`cuda=True`) the spans are CUDA events on the current stream,
     read a step later with `Event.query()` (no synchronisation; a step whose events are not done after 4 more steps
     is dropped); else `time.perf_counter()`. `DistributedTrainer` drives it; `RankState.timer` holds it."""
@@ -74,6 +74,16 @@ class StepTimer:
         self.steps, self.ratio, self.cuda = steps, ratio, cuda
         self.own, self.total, self.window = deque(maxlen=steps), 0., (0., 0)
         self.cur, self.todo = None, deque()
+
+    @classmethod
+    def from_env(cls, cuda:bool=False, # time on the current CUDA stream (the model is on a GPU)
+                )->StepTimer|None:     # None when the straggler check is off
+        """The timer the straggler check's settings ask for: over `DISTRIB_STRAGGLER_STEPS` steps (default
+        `_STRAGGLER_STEPS`), a straggler spending `DISTRIB_STRAGGLER_RATIO` times the median rank's time (default
+        `_STRAGGLER_RATIO`); None when either is 0 (the check is off). Raises `ValueError` for a value that is not an
+        integer >= 0 (steps), or neither 0 nor a number > 1 (ratio)."""
+        steps, ratio = _straggler_steps(), _straggler_ratio()
+        return cls(steps, ratio, cuda) if steps and ratio else None
 
     def _mark(self):
         if not self.cuda: return time.perf_counter()

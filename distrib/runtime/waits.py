@@ -8,12 +8,12 @@ import time, datetime, threading
 import torch.distributed as dist
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, traceback_collective,
                                     blame_text)
-from .position import rank_state, doing, position, describe
-from .schema import JobStore
+from .position import rank_state, doing, position, describe, wait_id
+from .schema import JobStore, Heartbeat
 from .liveness import INTERVAL, GRACE, running, peers_gone
 
 # %% auto #0
-__all__ = ['wait_id', 'stuck_error', 'store_barrier', 'announce', 'wait_for', 'agree_cancel', 'explain_failure']
+__all__ = ['stuck_error', 'store_barrier', 'announce', 'wait_for', 'agree_cancel', 'explain_failure']
 
 # %% ../../nbs/06_runtime.waits.ipynb #3acf805b
 _LONG_WAIT = 86400.    # seconds of one server-side wait when nothing is to be checked before (a failure wakes it)
@@ -23,17 +23,13 @@ def _peer_heartbeats(ranks, store=None)->dict:
     `multi_get` (when one has not published any yet, a `check` per rank first, only then)"""
     return JobStore(rank_state().main if store is None else store).heartbeats(ranks)
 
-def _late_how(hb:dict)->str:
+def _late_how(hb:Heartbeat)->str:
     "How a rank that did not arrive, of heartbeat `hb`, spends its time, in words"
-    how = f"did not arrive: it is alive and has been there for at least {hb.get('age', 0):.0f} s"
-    if hb.get('pos', {}).get('phase'):
+    how = f"did not arrive: it is alive and has been there for at least {hb.age:.0f} s"
+    if hb.pos.get('phase'):
         how += (" (a declared long phase: wait for it in distrib_barrier(), which waits through the store for as long "
                 "as it lasts, rather than in a collective)")
     return how
-
-def wait_id(p:dict)->tuple:
-    "What identifies one wait at position `p` across ranks: the loop's step and distrib's operation"
-    return tuple(p.get(k) for k in ('event', 'epoch', 'batch', 'training', 'level', 'sync', 'op', 'name', 'id'))
 
 def stuck_error(what:str,              # the wait, in words: 'all_reduce', "Learner.save's barrier"
                 rank:int,              # this rank, which waited
@@ -51,8 +47,8 @@ def stuck_error(what:str,              # the wait, in words: 'all_reduce', "Lear
     barrier (`store_barrier`, `wait_for`): the `CollectiveTimeoutError` blaming the ranks of `late` (those at
     another position than `mine`, `wait_id`, when given) that did not arrive, each with its position and how long it
     has been there, and saying how to wait longer"""
-    if mine is not None: late = {r: hb for r, hb in late.items() if wait_id(hb.get('pos') or {}) != wait_id(mine)}
-    blame = {r: {'how': _late_how(hb), 'where': describe(hb.get('pos') or {})} for r, hb in late.items()}
+    if mine is not None: late = {r: hb for r, hb in late.items() if wait_id(hb.pos) != wait_id(mine)}
+    blame = {r: {'how': _late_how(hb), 'where': describe(hb.pos)} for r, hb in late.items()}
     blame |= silent or {}
     who = blame_text(blame) or "every rank is in it (a network, or NCCL's communicator, that no longer moves?)"
     at = f" (called from {caller})" if caller else ''
@@ -158,14 +154,14 @@ def _stall_check(pending, what:str, stall_after:float|None, start:float, ranks=N
         hbs = _peer_heartbeats(range(w.world_size) if ranks is None else ranks)
         late = {r: hb for r, hb in hbs.items() if r != w.rank and pending(r, hb)}
         for r, hb in late.items():
-            if hb.get('state') == 'exited':
-                where = describe(hb.get('pos', {}))
-                blame = {r: {'how': f"exited with code {hb.get('code')} before reaching it", 'where': where}}
+            if hb.exited:
+                where = describe(hb.pos)
+                blame = {r: {'how': f"exited with code {hb.code} before reaching it", 'where': where}}
                 raise PeerFailedError(f"rank {w.rank} waits in {what} for rank {r}, which exited with code "
-                                      f"{hb.get('code')} without reaching it (last in {where})", blame)
+                                      f"{hb.code} without reaching it (last in {where})", blame)
         if not late: return now + INTERVAL  # their heartbeats lag behind: look again in a second
-        if any(hb.get('pos', {}).get('phase') for hb in late.values()): return now + stall_after
-        stuck = min(now - start, min(hb.get('age', 0) for hb in late.values()))
+        if any(hb.pos.get('phase') for hb in late.values()): return now + stall_after
+        stuck = min(now - start, min(hb.age for hb in late.values()))
         if stuck < stall_after: return now + max(stall_after - stuck, INTERVAL)
         raise stuck_error(what, w.rank, now - start, stall_after, late)
     return check
@@ -196,7 +192,7 @@ def store_barrier(name:str,                    # the barrier in words: "Learner.
     st.barriers += 1
     k = st.barriers
     with doing('barrier', name, k):
-        _meet(JobStore(st.main).barrier_key(k, name), name, stall_after, lambda r, hb: hb.get('barriers', 0) < k)
+        _meet(JobStore(st.main).barrier_key(k, name), name, stall_after, lambda r, hb: hb.barriers < k)
     return True
 
 def announce(n:int, value:str):
@@ -235,7 +231,7 @@ def agree_cancel(e:BaseException,              # the Cancel*Exception this rank 
     what = f"the check that every rank raised {mine['type']}"
     try:
         with doing('barrier', what, ident):
-            _meet(key, what, stall_after, lambda r, hb: hb.get('cancels', 0) < k)
+            _meet(key, what, stall_after, lambda r, hb: hb.cancels < k)
         return
     except RanksDivergedError as d: others = blame_text(d.blame)
     raise RanksDivergedError(
@@ -283,11 +279,11 @@ def explain_failure(e:BaseException,          # an exception this rank raised
                                    blame, op, caller)
     if gone: return PeerFailedError(f"{op} failed on rank {w.rank}{at}: {blame_text(gone)}", gone, op, caller)
     mine, waited = dog.pos, time.monotonic() - dog.pos_since
-    late = {r: hb for r, hb in hbs.items() if wait_id(hb.get('pos', {})) != wait_id(mine)}
+    late = {r: hb for r, hb in hbs.items() if wait_id(hb.pos) != wait_id(mine)}
     silent = {r: {'how': _SILENT} for r in range(w.world_size) if r != w.rank and r not in hbs}
     if not late and not silent: return e
     if timeout is None or waited < timeout/2:
-        blame = {r: {'how': 'closed its connection (it ended)', 'where': describe(hb.get('pos', {}))}
+        blame = {r: {'how': 'closed its connection (it ended)', 'where': describe(hb.pos)}
                  for r, hb in late.items()} | silent
         return PeerFailedError(f"{op} failed on rank {w.rank}{at} after {waited:.0f} s: {blame_text(blame)}",
                                blame, op, caller)

@@ -13,7 +13,7 @@ from ..runtime.world import current_world, pg_initialized
 from ..runtime.group import setup_distrib, distrib_timeout, group_timeout, DEFAULT_TIMEOUT
 from ..runtime.liveness import remember_position
 from ..runtime.waits import explain_failure
-from ..runtime.stalls import check_stall_timeout, stall_timeout_for
+from ..runtime.stalls import stall_timeout_for
 from ..learner import Learner
 from ..model import unwrap_model, move_model, is_compiled
 from .compiling import compile_options, compile_forwards, restore_forwards
@@ -130,11 +130,11 @@ def distrib_ctx(self:Learner,
     `RuntimeError` for a `backend` other than an existing group's, and what `setup_distrib`, `distrib_timeout` and
     `to_distributed` raise. An error raised inside a collective is re-raised as the `CollectiveTimeoutError` or
     `PeerFailedError` that names the ranks at fault (`explain_failure`). A stall (a rank stuck outside any collective
-    while others wait for it) is reported after `distrib.runtime.stalls.stall_report_after()` seconds; with
+    while others wait for it) is reported after `DISTRIB_STALL_REPORT` seconds (default: a minute or more); with
     `stall_timeout` (a number > 0, else `ValueError`; default `DISTRIB_STALL_TIMEOUT`, else none) it ends the job
     after that many seconds of it."""
     _trainer(strategy, device, sync_bn, comm_hook, comm_hook_state, compile, kwargs)
-    stall_timeout = check_stall_timeout(stall_timeout)
+    stalls = stall_timeout_for(stall_timeout)  # its value checked now, the block entered once the group exists
     world = current_world()
     if world.world_size == 1:
         compiled = _one_process(self, device, compile)
@@ -144,7 +144,7 @@ def distrib_ctx(self:Learner,
     _check_backend(backend)
     created = setup_distrib(train_device(self.model, device), backend=backend,
                             timeout=DEFAULT_TIMEOUT if timeout is None else timeout, world=world)
-    with distrib_timeout(None if created else timeout), stall_timeout_for(stall_timeout), _collect_on_exit() as must_go:
+    with distrib_timeout(None if created else timeout), stalls, _collect_on_exit() as must_go:
         self.to_distributed(device, sync_bn, comm_hook, comm_hook_state, strategy, compile, **kwargs)
         must_go.append(weakref.ref(self.model))   # the DDP wrapper (or FSDP's sharded copy): freed on exit
         try: yield self

@@ -15,7 +15,7 @@ from fastcore.basics import noop
 from ..runtime.world import World, current_world, pg_initialized
 from ..runtime.group import ensure_distrib, rank_device, group_backend
 from ..runtime.position import rank_state, track, doing, mark_queued
-from ..runtime.stragglers import StepTimer, straggler_steps, straggler_ratio
+from ..runtime.stragglers import StepTimer
 from ..data import DataLoaders, DistributedDL, IterableShards
 from ..loop import is_sharded
 from ..callback.core import Callback
@@ -265,11 +265,10 @@ class DistributedTrainer(Callback):
     def before_fit(self):
         """Check that every rank agrees on what it will run (`preflight_check`); time each rank's own work per step
         for the straggler check (`StepTimer`, unless `DISTRIB_STRAGGLER_STEPS` or `DISTRIB_STRAGGLER_RATIO` is 0)"""
-        steps, ratio = straggler_steps(), straggler_ratio()
+        timer = StepTimer.from_env(model_device(self.wrapped).type == 'cuda')  # its settings' errors first
         preflight_check(self.learn)
         self.in_fit = True
-        on = self.time_steps and steps and ratio
-        rank_state().timer = StepTimer(steps, ratio, model_device(self.wrapped).type == 'cuda') if on else None
+        rank_state().timer = timer if self.time_steps else None
     def after_fit(self): self.in_fit = False; rank_state().timer = None
 
     def before_train(self):

@@ -25,7 +25,7 @@ MODE:
   its main thread gone on; it stops saying so once the collective is done. `all_reduce_sum` (on CPU a gloo
   `async_op=True` all-reduce with `mark_queued(done=work.is_completed)` stands for NCCL's), then DDP's backward.
 """
-import copy, datetime, os, sys, tempfile, time
+import copy, os, sys, tempfile, time
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -36,7 +36,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from distrib import (Learner, DataLoaders, Callback, Checkpoint, MixedPrecision, DistributedDL, AccumMetric,
                      set_seed, setup_distrib, ParamScheduler, SchedLin, all_reduce_sum, gather_object, broadcast_object,
                      rank_distrib, num_distrib, current_world, unwrap_model, shard_model)
-from distrib.runtime.group import group_backend, distrib_timeout, _nccl_grace
+from distrib.runtime.group import group_backend, distrib_timeout
 
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')  # before cuBLAS starts: deterministic checks
 DEV = os.environ.get('DISTRIB_TEST_DEVICE', 'cuda')
@@ -326,9 +326,9 @@ def several():
             pg = dist.group.WORLD
             return {t: pg._get_backend(torch.device(t)).options._timeout.total_seconds() for t in ('cpu', 'cuda')
                     if group_backend(t)}
-        s = lambda t: datetime.timedelta(seconds=t)
-        want = lambda t: {d: t + (nccl_grace(s(t)).total_seconds() if group_backend(d) == 'nccl' else 0)
-                          for d in ('cpu', 'cuda') if group_backend(d)}
+        grace = lambda t: max(60., t / 10)   # NCCL's backstop, as documented (08_runtime.group): max(60 s, 10 %)
+        want = lambda t: {d: t + (grace(t) if group_backend(d) == 'nccl' else 0) for d in ('cpu', 'cuda')
+                          if group_backend(d)}
         assert timeouts() == want(120), (timeouts(), want(120))
         with distrib_timeout(30): assert timeouts() == want(30), (timeouts(), want(30))
         assert timeouts() == want(120), (timeouts(), want(120))
@@ -550,8 +550,8 @@ def queued():
     # 1. all_reduce_sum (64 MiB on a GPU): rank 0's main thread goes on while rank 1 holds
     n = (16 << 20) if CUDA else (1 << 16)
     x = torch.full((n,), float(rank + 1), device=device)
-    def says_queued(h:dict):
-        p = h.get('pos') or {}
+    def says_queued(h):
+        p = h.pos
         if not (p.get('queued') and p.get('op') == 'collective' and p.get('name') == 'all_reduce_sum'): return None
         return h
     if rank == 0:
@@ -567,7 +567,7 @@ def queued():
         if done(): errs.append('the all-reduce is done before rank 1 joined it: nothing was queued')  # CUDA: on the GPU
         store.set('A/returned', '1')
         if not until(lambda: store.check(['A/joining']), 60): errs.append('rank 1 never joined')
-        h = until(lambda: (h := hb(0)) and not (h.get('pos') or {}).get('queued') and h)
+        h = until(lambda: (h := hb(0)) and not h.pos.get('queued') and h)
         if h is None: errs.append('the heartbeat still says queued 30 s after rank 1 joined')
         elif not done(): errs.append(f'the heartbeat stopped saying queued before the all-reduce was done: {h}')
         if not CUDA: work.wait()
@@ -576,10 +576,10 @@ def queued():
         h = until(lambda: says_queued(hb(0)))
         if h is None: errs.append(f"rank 0's heartbeat never said it waits in all_reduce_sum, queued: {hb(0)}")
         else:
-            where = describe(h['pos'])
+            where = describe(h.pos)
             if 'the collective all_reduce_sum, queued and not done (its main thread has gone on to its script' \
                not in where: errs.append(f'rank 0 is shown as {where!r}')
-            if h['age'] < st.hold - 0.05: errs.append(f"shown queued {h['age']} s after it queued, before the hold")
+            if h.age < st.hold - 0.05: errs.append(f"shown queued {h.age} s after it queued, before the hold")
             if not store.check(['A/returned']): errs.append("rank 0's main thread had not returned")
         store.set('A/joining', '1')   # joins whatever was found: rank 0 is never left waiting
         y = all_reduce_sum(x)
@@ -590,8 +590,8 @@ def queued():
     # rank 0's backward returns with it queued; on CPU gloo's backward blocks until rank 1 joins (the reference:
     # the check of the main thread can fail)
     at = lambda learn: learn.training and learn.epoch == 0 and learn.iter == 1
-    def in_ddp(h:dict):
-        p = h.get('pos') or {}
+    def in_ddp(h):
+        p = h.pos
         here = p.get('event') == 'backward' and p.get('sync') and p.get('batch') == 1 and p.get('training')
         return h if here and (p.get('queued') or not CUDA) else None
     class Hold(Callback):
@@ -600,8 +600,8 @@ def queued():
             if rank != 1 or not at(self.learn): return
             h = until(lambda: in_ddp(hb(0)))
             if h is None: errs.append(f"rank 0's heartbeat never said it waits in DDP's all-reduce: {hb(0)}")
-            elif CUDA and 'after_backward (epoch 0, training batch 1)' not in h['pos'].get('main', ''):
-                errs.append(f"rank 0's main thread is shown at {h['pos'].get('main')!r}")
+            elif CUDA and 'after_backward (epoch 0, training batch 1)' not in h.pos.get('main', ''):
+                errs.append(f"rank 0's main thread is shown at {h.pos.get('main')!r}")
             store.set('B/joining', '1')
         def after_backward(self):
             if rank != 0 or not at(self.learn): return
@@ -613,7 +613,7 @@ def queued():
             mine = torch.cuda.Event(); mine.record()
             if mine.query(): errs.append("DDP's all-reduce is done before rank 1 joined: nothing was queued")
             if not until(lambda: store.check(['B/joining']), 60): errs.append('rank 1 never joined')
-            h = until(lambda: (h := hb(0)) and not (h.get('pos') or {}).get('queued') and h)
+            h = until(lambda: (h := hb(0)) and not h.pos.get('queued') and h)
             if h is None: errs.append('the heartbeat still says queued 30 s after rank 1 joined')
             elif not mine.query(): errs.append(f'the heartbeat stopped saying queued before the all-reduce was done')
     learn = learner(make_model().to(device), bs=BS // W, cbs=Hold())
