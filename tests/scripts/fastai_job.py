@@ -25,7 +25,7 @@ from fastai.optimizer import OptimWrapper
 from fastai.callback.core import Callback, CancelFitException
 from fastai.callback.training import GradientAccumulation
 from fastai.callback.mixup import MixUp, CutMix
-from fastai.callback.tracker import TerminateOnNaNCallback
+from fastai.callback.tracker import TerminateOnNaNCallback, EarlyStoppingCallback, ReduceLROnPlateau
 from fastai.callback.fp16 import MixedPrecision
 from fastai.callback.schedule import *  # noqa: fit_one_cycle, fit_flat_cos, fine_tune, lr_find on fastai's Learner
 
@@ -221,6 +221,9 @@ def run_case(name:str, bs:int)->dict:
         elif name == 'grad_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=4*bs*_world()))
         elif name == 'ignore': learn.fit(2, 1e-2)
         elif name == 'tfms': learn.fit_one_cycle(2, 1e-2)
+        elif name == 'trackers':   # fastai's trackers decide on the synced values: on every rank as one process does
+            learn.fine_tune(6, 1e-2, freeze_epochs=1, cbs=[ReduceLROnPlateau(min_delta=0.05, patience=0, factor=2.),
+                                                          EarlyStoppingCallback('accuracy', min_delta=.03, patience=1)])
         elif name == 'ignore_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=2*bs*_world()))
         elif mix:
             rec = RecordX()
@@ -228,7 +231,8 @@ def run_case(name:str, bs:int)->dict:
             out['mix_x'] = {str(k): v for k, v in rec.seen.items()}
         elif name == 'lr_find':
             r = learn.lr_find(num_it=20, show_plot=False)
-            out['valley'], out['lrs'], out['losses'] = r.valley, learn.recorder.lrs, [float(l) for l in learn.recorder.losses]
+            out['valley'], out['lrs'] = r.valley, learn.recorder.lrs
+            out['losses'] = [float(l) for l in learn.recorder.losses]
         elif name == 'save':   # SaveModelCallback, save and export under distrib_ctx: rank 0 writes, atomically
             import tempfile
             from pathlib import Path
