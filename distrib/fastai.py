@@ -483,14 +483,15 @@ def _exchange_rows(send:list, src:int, dst:int)->list:
     """Send tensors `send` (this rank's rows for rank `dst`) to `dst`, and return what rank `src` sends to this rank,
     tensors of the shapes and dtypes of `send` (every rank's batch has the same shapes, as one process's batch):
     one batch of P2P ops (`torch.distributed.batch_isend_irecv`, which NCCL runs on the group's communicator, not one
-    per pair of ranks) for a fixed-size header that checks the shapes, then one for the tensors, on their device
-    when the group has a backend for it (else `comm_device()`). O(B) bytes and O(1) calls per rank at any world size.
+    per pair of ranks) for a fixed-size header that checks the shapes (on `comm_device()`: the CPU under distrib's
+    default backend, no host synchronisation of a GPU step), then one for the tensors, on their device when the group
+    has a backend for it (else `comm_device()`). O(B) bytes and O(1) calls per rank at any world size.
     Raises `ValueError` naming both ranks when `src`'s tensors differ in shape or dtype from this rank's."""
     dev = send[0].device if group_backend(send[0].device.type) is not None else comm_device()
-    mine = _header(send)
-    theirs = torch.empty_like(mine, device=dev)
+    hdev, mine = comm_device(), _header(send)   # the header on the CPU where the group has gloo: no wait for a GPU
+    theirs = torch.empty_like(mine, device=hdev)
     with doing('collective', _EXCHANGE, device=dev):
-        _p2p([mine.to(dev)], dst, [theirs], src)
+        _p2p([mine.to(hdev)], dst, [theirs], src)
         if not torch.equal(theirs.cpu(), mine):
             shapes = [(tuple(t.shape), t.dtype) for t in send]
             raise ValueError(f"MixUp/CutMix under distrib_ctx: rank {src}'s batch differs in shape or dtype from rank "
