@@ -1,5 +1,6 @@
 """The package's layout: layers that import only from below, modules that meet through public names, a runtime whose
-internal names stay inside it, docstrings that are sentences, lines of at most 120 characters, no unused import, no silent broad `except`.
+internal names stay inside it, docstrings that are sentences, lines of at most 120 characters, no unused import, no
+silent broad `except`.
 
 These read the source (with `ast`), so they run in a fraction of a second and name the file and line at fault."""
 import ast, json, re
