@@ -1,5 +1,6 @@
-"""The package's layout: layers that import only from below, modules that meet through public names, docstrings that
-are sentences, lines of at most 120 characters, no unused import, no silent broad `except`.
+"""The package's layout: layers that import only from below, modules that meet through public names, a runtime whose
+internal names stay inside it, docstrings that are sentences, lines of at most 120 characters, no unused import, no
+silent broad `except`.
 
 These read the source (with `ast`), so they run in a fraction of a second and name the file and line at fault."""
 import ast, json, re
@@ -207,6 +208,47 @@ def test_strategies_registered_explicitly():
     from distrib.strategies.fsdp import FSDPTrainer
     assert _trainer_class('fsdp') is FSDPTrainer
 
+RUNTIME = 'distrib.runtime'
+
+def _public(mod:str)->set|None:
+    "The `__all__` of distrib module `mod`, read from its source; None when `mod` is no module file (a package)"
+    f = PKG.parent/(mod.replace('.', '/') + '.py')
+    if not f.exists(): return None
+    tree = ast.parse(f.read_text())
+    return next((set(ast.literal_eval(n.value)) for n in tree.body if isinstance(n, ast.Assign)
+                 and any(getattr(t, 'id', None) == '__all__' for t in n.targets)), set())
+
+def runtime_internal_imports(path:Path)->list:
+    """`(line, module, name)` for every name `path` imports from a module of `distrib.runtime` that is not in that
+    module's `__all__` (its package-internal names, `#| exporti`), and every runtime module it imports whole (whose
+    names it would then reach past `__all__`); empty for the runtime's own modules, which share the internal names"""
+    if module_name(path) == RUNTIME or module_name(path).startswith(RUNTIME + '.'): return []
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            mod = _absolute(node, path)
+            if not (mod == RUNTIME or mod.startswith(RUNTIME + '.')): continue
+            public = _public(mod)
+            for a in node.names:
+                if public is None: out.append((node.lineno, f"{mod}.{a.name}", '(the whole module)'))
+                elif a.name not in public: out.append((node.lineno, mod, a.name))
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, '(the whole module)') for a in node.names
+                    if a.name == RUNTIME or a.name.startswith(RUNTIME + '.')]
+    return out
+
+def test_runtime_internal_names_stay_inside():
+    """The runtime offers the layers above only what its modules' `__all__` list: a module of distrib outside
+    `distrib.runtime` (the data, the loop, callbacks, strategies, the launchers, the API) that imports one of the
+    runtime's package-internal names (defined in an `#| exporti` cell: importable by the runtime's own modules, not
+    in `__all__`, not in the API docs), or a runtime module whole, fails here. Tests, the notebooks' check cells and
+    bench/ may import internal names (they check the runtime's wiring): only distrib/ is read."""
+    bad = [f"{p.relative_to(PKG.parent)}:{ln}: {name} from {mod}" for p in modules()
+           for ln, mod, name in runtime_internal_imports(p)]
+    assert not bad, "runtime names that are internal (not in their module's __all__) imported outside the runtime: " \
+        "make the name public there (an #| export cell) if the layers above need it, or leave it to the runtime:\n" \
+        + '\n'.join(bad)
+
 def test_stall_checks_set_up_by_a_call():
     "Nothing imports `runtime.stalls` for its effect: whoever starts liveness calls `watch_stalls()` first"
     for p in modules():
@@ -232,6 +274,26 @@ def test_checks_fail_on_a_bad_tree(tmp_path, monkeypatch):
     assert not _SENTENCE_END.search(ast.get_docstring(ast.parse(p.read_text())))
     assert [i for i, l in enumerate(p.read_text().splitlines(), 1) if len(l) > MAX_LINE] == [8]
     assert unused_imports(p) == [(2, 'os'), (3, '_State')]
+
+def test_runtime_boundary_can_fail(tmp_path, monkeypatch):
+    """The check above can fail: a module above the runtime importing an internal name (`running`, not in liveness'
+    `__all__`) or a runtime module whole is named with its line; its public names pass, and so do the same imports
+    inside the runtime"""
+    pkg = tmp_path/'distrib'
+    (pkg/'runtime').mkdir(parents=True); (pkg/'strategies').mkdir()
+    (pkg/'runtime'/'liveness.py').write_text("__all__ = ['liveness_timeout']\ndef liveness_timeout(): pass\n"
+                                              "def running(): pass\n")
+    src = ("from ..runtime.liveness import liveness_timeout\nfrom ..runtime.liveness import running\n"
+           "def f():\n    from distrib.runtime import liveness\n    import distrib.runtime.liveness\n")
+    (pkg/'strategies'/'x.py').write_text(src)
+    (pkg/'runtime'/'y.py').write_text(src.replace('..runtime.', '.'))
+    monkeypatch.setattr(__import__(__name__), 'PKG', pkg)
+    assert runtime_internal_imports(pkg/'strategies'/'x.py') == [
+        (2, 'distrib.runtime.liveness', 'running'), (4, 'distrib.runtime.liveness', '(the whole module)'),
+        (5, 'distrib.runtime.liveness', '(the whole module)')]
+    assert runtime_internal_imports(pkg/'runtime'/'y.py') == []
+    with pytest.raises(AssertionError, match=r'strategies/x.py:2: running from distrib.runtime.liveness'):
+        test_runtime_internal_names_stay_inside()
 
 def test_readme_is_the_index_notebook():
     "README.md (written by hand) and nbs/index.ipynb (the docs' home page) say the same: tools/readme_to_index.py"

@@ -1,8 +1,12 @@
-"""The runtime's interface, counted: each `distrib.runtime` module's lines and public names (its `__all__`), and who
-imports each name (the layers above, other runtime modules, or only tests, notebooks and benchmarks), read with `ast`.
+"""The runtime's interface, counted: each `distrib.runtime` module's lines, its public names (its `__all__`: what the
+runtime offers the layers above) and its package-internal names (top-level names without an underscore that are not in
+`__all__`: the notebooks' `#| exporti` cells, which the runtime's own modules import from each other), and who imports
+each name (the layers above, other runtime modules, or only tests, notebooks and benchmarks), read with `ast`.
+It flags an internal name a layer above imports (tests/test_layout.py fails on it too) and a public name no layer
+above imports (a candidate for internal, unless it is documented for users: `RankState`).
 
-    python tools/runtime_names.py        # one line per module, then the totals
-    python tools/runtime_names.py -v     # and each public name with its importers"""
+    python tools/runtime_names.py        # one line per module, then the totals and the flags
+    python tools/runtime_names.py -v     # and each name with its importers"""
 import ast, json, sys
 from collections import defaultdict
 from pathlib import Path
@@ -49,20 +53,48 @@ def importers()->dict:
                     for a in node.names: users[(node.module, a.name)].add(f'nb:{nb.stem}')
     return users
 
+def internal_of(p:Path)->list:
+    "The names module `p` defines at its top level (functions, classes, assignments), not in `__all__`, no `_` first"
+    pub, out = set(all_of(p)), []
+    for n in ast.parse(p.read_text()).body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): names = [n.name]
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+            names = [t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)]
+        else: continue
+        out += [x for x in names if not x.startswith('_') and x not in pub and x not in out]
+    return out
+
+def kind_of(u:set)->str:
+    "'above', 'runtime', 'tests/docs' or 'none': the highest kind of importer among `u`"
+    lib = {x for x in u if x.startswith('distrib')}
+    return ('above' if any(not x.startswith('distrib.runtime') for x in lib) else 'runtime' if lib else
+            'tests/docs' if u else 'none')
+
 def main(verbose:bool=False):
-    users, lines, names, kinds = importers(), 0, 0, defaultdict(int)
+    users, lines = importers(), 0
+    pub_kinds, int_kinds, flags = defaultdict(int), defaultdict(int), []
     for p in sorted(p for p in (PKG/'runtime').glob('*.py') if p.name != '__init__.py'):
-        m, pub, n = module_name(p), all_of(p), len(p.read_text().splitlines())
-        lines, names = lines + n, names + len(pub)
-        print(f"{m:30s} {n:5d} lines {len(pub):3d} public")
-        for name in pub:
-            u = users.get((m, name), set())
-            lib = {x for x in u if x.startswith('distrib')}
-            kind = ('above' if any(not x.startswith('distrib.runtime') for x in lib) else 'runtime' if lib else
-                    'tests/docs' if u else 'none')
-            kinds[kind] += 1
-            if verbose: print(f"    {name:28s} {kind:10s} {', '.join(sorted(u))}")
-    print(f"{'total':30s} {lines:5d} lines {names:3d} public: used above the runtime {kinds['above']}, only between "
-          f"runtime modules {kinds['runtime']}, only by tests or docs {kinds['tests/docs']}, by none {kinds['none']}")
+        m, pub, internal, n = module_name(p), all_of(p), internal_of(p), len(p.read_text().splitlines())
+        lines += n
+        print(f"{m:30s} {n:5d} lines {len(pub):3d} public {len(internal):3d} internal")
+        for label, names, kinds in (('public', pub, pub_kinds), ('internal', internal, int_kinds)):
+            for name in names:
+                u = users.get((m, name), set())
+                kind = kind_of(u)
+                kinds[kind] += 1
+                above = sorted(x for x in u if x.startswith('distrib') and not x.startswith('distrib.runtime'))
+                if label == 'public' and kind != 'above':
+                    flags.append(f"public, not used above the runtime: {m}.{name} ({kind})")
+                if label == 'internal' and kind == 'above':
+                    flags.append(f"internal, used above the runtime: {m}.{name} by {', '.join(above)}")
+                if verbose: print(f"    {label:8s} {name:28s} {kind:10s} {', '.join(sorted(u))}")
+    n_pub, n_int = sum(pub_kinds.values()), sum(int_kinds.values())
+    print(f"{'total':30s} {lines:5d} lines")
+    print(f"  public (in __all__): {n_pub}: used above the runtime {pub_kinds['above']}, only between runtime modules "
+          f"{pub_kinds['runtime']}, only by tests or docs {pub_kinds['tests/docs']}, by none {pub_kinds['none']}")
+    print(f"  internal (#| exporti): {n_int}: used between runtime modules {int_kinds['runtime']}, used above the "
+          f"runtime {int_kinds['above']} (must be 0), only by tests or docs {int_kinds['tests/docs']}, "
+          f"by none {int_kinds['none']}")
+    for f in flags: print(f"  flag: {f}")
 
 if __name__ == '__main__': main('-v' in sys.argv)

@@ -9,7 +9,7 @@ from functools import lru_cache
 from itertools import product
 
 # %% auto #0
-__all__ = ['expand_hostlist', 'first_host', 'tasks_on_node', 'job_port', 'requeue_slurm_job']
+__all__ = ['expand_hostlist', 'requeue_slurm_job']
 
 # %% ../../nbs/01_runtime.clusters.ipynb #38f52f49
 def _split_top(spec:str)->list:

@@ -11,9 +11,8 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from .world import current_world
 
 # %% auto #0
-__all__ = ['traceback_collective', 'in_collective', 'blame_text', 'CollectiveTimeoutError', 'PeerFailedError',
-           'RanksDivergedError', 'LongPhaseTimeoutError', 'open_in_place', 'ErrorRecord', 'record_error', 'Failure',
-           'root_failure']
+__all__ = ['in_collective', 'CollectiveTimeoutError', 'PeerFailedError', 'RanksDivergedError', 'LongPhaseTimeoutError',
+           'open_in_place', 'ErrorRecord', 'record_error', 'Failure', 'root_failure']
 
 # %% ../../nbs/02_runtime.errors.ipynb #6e9532d7
 def traceback_collective(tb)->tuple:
@@ -36,17 +35,18 @@ def traceback_collective(tb)->tuple:
             grads = "all_reduce of gradients in backward (DistributedDataParallel)"
     return c10d or ddp or grads, caller
 
+def blame_text(blame:dict|None)->str:
+    "`blame` in words: 'rank 1 <how> in <where>; rank 2 ...'"
+    return '; '.join(f"rank {r} {b.get('how', 'failed')}" + (f" in {b['where']}" if b.get('where') else '')
+                     for r, b in (blame or {}).items())
+
+# %% ../../nbs/02_runtime.errors.ipynb #e5a48db7
 def in_collective(e:BaseException)->str|None:
     """The torch.distributed collective, or DistributedDataParallel step, exception `e` was raised in, read from its
     traceback (e.g. 'all_reduce', "all_reduce of gradients in backward (DistributedDataParallel)"); for distrib's
     own errors their `op`; None when it was raised outside any"""
     if hasattr(e, 'op'): return e.op
     return traceback_collective(e.__traceback__)[0]
-
-def blame_text(blame:dict|None)->str:
-    "`blame` in words: 'rank 1 <how> in <where>; rank 2 ...'"
-    return '; '.join(f"rank {r} {b.get('how', 'failed')}" + (f" in {b['where']}" if b.get('where') else '')
-                     for r, b in (blame or {}).items())
 
 class _Blaming(RuntimeError):
     "A RuntimeError naming other ranks: `blame` maps a rank to {'how': ..., 'where': ...}; `op`: the collective"

@@ -15,14 +15,15 @@ from .position import rank_state, reset_rank_state, position, describe, oldest_q
 from .schema import JobStore, JobFailure, Heartbeat
 
 # %% auto #0
-__all__ = ['INTERVAL', 'DEFAULT_LIVENESS_TIMEOUT', 'GRACE', 'liveness_timeout', 'running', 'remember_position', 'peers_gone',
-           'start_liveness', 'set_group_state', 'watched']
+__all__ = ['DEFAULT_LIVENESS_TIMEOUT', 'liveness_timeout', 'remember_position']
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9e9e7210
 INTERVAL = 1.0                   # seconds between two heartbeats of a rank (and two checks of its watchdog)
-DEFAULT_LIVENESS_TIMEOUT = 20.0  # seconds without a heartbeat before a rank counts as dead
 GRACE = 2.0                      # seconds the main thread has to fail by itself before the watchdog ends its rank
 _EXIT_RECORD_WAIT = 2.0           # seconds a rank that finds a peer's process gone waits for its launcher's record
+
+# %% ../../nbs/05_runtime.liveness.ipynb #7b98b0fc
+DEFAULT_LIVENESS_TIMEOUT = 20.0  # seconds without a heartbeat before a rank counts as dead
 
 def liveness_timeout()->float:
     """Seconds without a heartbeat after which a rank counts as dead: `DISTRIB_LIVENESS_TIMEOUT`, default
@@ -43,6 +44,7 @@ def running()->bool:
     dog = rank_state().dog
     return dog is not None and dog.is_alive()
 
+# %% ../../nbs/05_runtime.liveness.ipynb #c094005b
 def remember_position(e:BaseException|None=None, # the exception leaving `distrib_ctx`, published in the heartbeat
                      ):
     """Note where the main thread is, for the report of the exception `e` now leaving `distrib_ctx` (`_where_now`);

@@ -11,8 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, MISSING
 
 # %% auto #0
-__all__ = ['RankState', 'rank_state', 'reset_rank_state', 'doing', 'seconds_or_none', 'long_phase', 'track', 'position',
-           'describe', 'waits_for_others', 'wait_id', 'mark_queued', 'oldest_queued', 'queue_tracking']
+__all__ = ['RankState', 'rank_state', 'doing', 'long_phase', 'track', 'mark_queued']
 
 # %% ../../nbs/04_runtime.position.ipynb #a30e0002
 @dataclass(eq=False)
@@ -112,6 +111,7 @@ def rank_state()->RankState:
     "This process's `RankState` (one per process; `reset_rank_state` empties it in place)"
     return _STATE
 
+# %% ../../nbs/04_runtime.position.ipynb #00e07f42
 def reset_rank_state():
     "Put every field of this process's `RankState` back to its default, in place: no group, no watchdog, nowhere"
     for f in fields(RankState):
@@ -145,17 +145,6 @@ def doing(kind:str,        # 'setup', 'collective', 'barrier' or 'phase'
     if kind == 'collective' and st.track_queued and (device is None or torch.device(device).type == 'cuda'):
         mark_queued(name, ident=ident)  # NCCL's may still be on the GPU
 
-def seconds_or_none(value,      # a number of seconds, or None
-                    said:str,   # how the caller was given it, `{!r}` standing for it: 'stall_timeout={!r}'
-                    none:str,   # what None means, after 'or None ': 'for no limit'
-                   )->float|None: # `value` as a float, or None
-    """`value` as seconds: a finite number > 0 (not a bool), or None. Raises `ValueError` otherwise, naming the
-    argument as `said` shows it and saying what to pass"""
-    if value is None: return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ValueError(f"{said.format(value)}: pass a number of seconds > 0, or None {none}")
-    return float(value)
-
 @contextmanager
 def _phase(name:str, timeout:float|None):
     "The block of `long_phase(name, timeout)`: in the state's `phases` and in this rank's position"
@@ -187,6 +176,18 @@ def track(learn):
     st = _STATE
     st.learn = learn
     if learn is not None: st.failed_at = st.left = st.left_error = None  # a new context: what one left is old news
+
+# %% ../../nbs/04_runtime.position.ipynb #42fa55ed
+def seconds_or_none(value,      # a number of seconds, or None
+                    said:str,   # how the caller was given it, `{!r}` standing for it: 'stall_timeout={!r}'
+                    none:str,   # what None means, after 'or None ': 'for no limit'
+                   )->float|None: # `value` as a float, or None
+    """`value` as seconds: a finite number > 0 (not a bool), or None. Raises `ValueError` otherwise, naming the
+    argument as `said` shows it and saying what to pass"""
+    if value is None: return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{said.format(value)}: pass a number of seconds > 0, or None {none}")
+    return float(value)
 
 _BATCH_EVENTS = set('before_batch after_pred after_loss before_backward after_cancel_backward after_backward '
                     'before_step after_cancel_step after_step after_cancel_batch after_batch batch backward step '
@@ -238,7 +239,6 @@ def wait_id(p:dict)->tuple:
     "What identifies one wait at position `p` across ranks: the loop's step and distrib's operation"
     return tuple(p.get(k) for k in ('event', 'epoch', 'batch', 'training', 'level', 'sync', 'op', 'name', 'id'))
 
-
 # %% ../../nbs/04_runtime.position.ipynb #a30e0402
 _QUEUED_MAX = 1024  # collectives kept queued at most: the newest are dropped beyond (only the oldest matters)
 
@@ -269,6 +269,7 @@ def mark_queued(name:str|None=None,  # the collective: 'all_reduce_sum'; None: t
     p['queued'] = True
     st.queued.append((p, done, time.monotonic()))  # a deque: the watchdog pops from the other end
 
+# %% ../../nbs/04_runtime.position.ipynb #3cbe788f
 def oldest_queued()->tuple|None:
     """The oldest recorded collective not done yet, `(position, done, since)`, after dropping the done ones (the
     watchdog's tick calls it; a `done` that raises counts as done); None when there is none"""

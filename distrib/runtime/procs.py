@@ -8,7 +8,7 @@ import os, sys, ctypes, socket, signal, threading
 from contextlib import contextmanager
 
 # %% auto #0
-__all__ = ['identity', 'proc_state', 'exit_now', 'die_with_parent', 'reaping_stopped_children']
+__all__ = ['reaping_stopped_children']
 
 # %% ../../nbs/03_runtime.procs.ipynb #09246edf
 def _read(path:str)->str|None:
@@ -65,6 +65,7 @@ def die_with_parent(parent:int|None=None, # the launcher's pid, when known; defa
     if ok and os.getppid() != parent: exit_now(1, "distrib: the launcher ended while this worker started")
     return ok
 
+# %% ../../nbs/03_runtime.procs.ipynb #e1a2eb9a
 def _children()->list:
     "Pids of this process's children (from /proc: the ones whose parent pid is this process's)"
     me, out = os.getpid(), []

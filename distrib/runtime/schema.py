@@ -8,7 +8,7 @@ import os, json, zlib, datetime
 from dataclasses import dataclass, field, asdict, fields
 
 # %% auto #0
-__all__ = ['JobFailure', 'Heartbeat', 'JobStore']
+__all__ = []
 
 # %% ../../nbs/04a_runtime.schema.ipynb #b5c0a007
 _WAITING_GEN = 1 << 20  # `waiting` and `straggler` counters: a count in their low 20 bits, how often it restarted above

@@ -15,7 +15,7 @@ from .waits import stuck_error
 from .stragglers import watch_stragglers
 
 # %% auto #0
-__all__ = ['stall_timeout_for', 'watch_stalls']
+__all__ = ['stall_timeout_for']
 
 # %% ../../nbs/07_runtime.stalls.ipynb #5ffc1f65
 _STALL_FLOOR = 60.0   # seconds: the least time a rank is stuck before the default report

@@ -11,7 +11,7 @@ from .position import rank_state
 from .schema import JobStore
 
 # %% auto #0
-__all__ = ['StepTimer', 'watch_stragglers']
+__all__ = ['StepTimer']
 
 # %% ../../nbs/06a_runtime.stragglers.ipynb #a30e0301
 _STRAGGLER_STEPS = 200      # `DISTRIB_STRAGGLER_STEPS` by default: the steps a rank's time per step is averaged over

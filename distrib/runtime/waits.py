@@ -13,7 +13,7 @@ from .schema import JobStore, Heartbeat
 from .liveness import INTERVAL, GRACE, running, peers_gone
 
 # %% auto #0
-__all__ = ['stuck_error', 'store_barrier', 'announce', 'wait_for', 'agree_cancel', 'explain_failure']
+__all__ = ['agree_cancel', 'explain_failure']
 
 # %% ../../nbs/06_runtime.waits.ipynb #3acf805b
 _LONG_WAIT = 86400.    # seconds of one server-side wait when nothing is to be checked before (a failure wakes it)
