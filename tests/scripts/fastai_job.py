@@ -127,12 +127,15 @@ class NaNOn(Callback):
 
 class SignalAt(Callback):
     "Send `sig` to this process after training batch `it` of epoch `epoch`, on rank `rank`; each step sleeps `secs`"
-    def __init__(self, sig, rank, epoch, it, secs=0.05):
+    def __init__(self, sig, rank, epoch, it, secs=0.2):
         self.sig, self.rank, self.at, self.secs = sig, rank, (epoch, it), secs
     def after_batch(self):
         import signal
         if not self.training: return
-        time.sleep(self.secs)   # steps long beside the stop agreement's all-reduce: it runs at almost every step
+        # steps long beside the stop agreement's all-reduce, which runs every k steps, k <= 0.5 s / step (preemption's
+        # _MAX_WAIT): at 0.2 s a step, the stop comes within 2 steps of the signal, inside the epoch of 8 (at 0.05 s it
+        # came up to 9 steps later on a loaded machine, past the epoch's end)
+        time.sleep(self.secs)
         if (self.epoch, self.iter) == self.at and _rank() == self.rank: signal.raise_signal(self.sig)
 
 class RecordX(Callback):
