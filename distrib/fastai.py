@@ -4,10 +4,12 @@
 
 # %% ../nbs/44_fastai.ipynb #9a9504aa
 from __future__ import annotations
-import math, os, pickle, sys
+import math, os, pickle, sys, warnings, zlib
 from copy import copy
+from functools import partial
 from contextlib import contextmanager
 from operator import attrgetter
+import numpy as np
 import torch
 import torch.distributed as dist
 from fastcore.basics import patch_to
@@ -18,16 +20,18 @@ try:
     from fastai.metrics import AvgMetric, AccumMetric
     from fastai.callback.core import Callback, GatherPredsCallback
     from fastai.callback.training import GradientAccumulation
+    from fastai.callback.mixup import MixUp, CutMix, MixHandler
     from fastai.callback.progress import ProgressCallback
     from fastai.callback.schedule import LRFinder
     from fastai.data.core import TfmdDL
     from fastai.data.load import _FakeLoader   # fastai's own DistributedDL builds its loader on it too
     from fastai.torch_core import to_detach, to_device, apply
+    from scipy.special import betaincinv   # fastai depends on SciPy
 
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
 from .runtime.world import current_world
-from .runtime.group import rank0_first, setup_distrib, teardown_distrib, group_timeout
+from .runtime.group import rank0_first, setup_distrib, teardown_distrib, group_timeout, group_backend
 from .runtime.waits import agree_cancel
 from .runtime.position import doing
 from .runtime.collectives import all_reduce_sum, broadcast_object, comm_device
@@ -390,13 +394,6 @@ class ItemMean(Callback):
         self._clean = True
 
 # %% ../nbs/44_fastai.ipynb #368fc1de
-import warnings
-from functools import partial
-import numpy as np
-from scipy.special import betaincinv   # fastai depends on SciPy
-from fastai.callback.mixup import MixUp, CutMix, MixHandler
-from .runtime.group import group_backend
-
 _GAMMA, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB   # SplitMix64's constants
 _MASK = 2**64 - 1
 _MIXUP, _PAIRS, _CUTMIX = 1, 2, 3   # the streams of draws, told apart in the key
@@ -470,7 +467,6 @@ _EXCHANGE = "MixUp's exchange of partner items (distrib.fastai, one send and one
 
 def _header(ts:list)->torch.Tensor:
     "A fixed-size int64 description of tensors `ts`: their number and a CRC-32 of their shapes and dtypes"
-    import zlib
     sig = repr([(tuple(t.shape), str(t.dtype)) for t in ts]).encode()
     return torch.tensor([len(ts), zlib.crc32(sig)], dtype=torch.int64)
 
@@ -516,6 +512,10 @@ def _where(learn)->tuple:
     ws, r = (dl.world_size, dl.rank) if is_sharded(dl) else (1, 0)
     return ws, r, getattr(dl, 'seed', 0), int(learn.train_iter)
 
+def _blend(partners:tuple, ts:tuple, lam:torch.Tensor, ndim:int)->tuple:
+    "fastai's MixUp blend: each of `ts` toward its partner in `partners` by `lam` (one weight per item, `ndim` dims)"
+    return tuple(torch.lerp(p, t, lam.view(-1, *[1]*(ndim - 1))) for p, t in zip(partners, ts))
+
 def _mixup(cb:MixUp):
     """fastai's `MixUp.before_batch`, drawing by distrib's rule: the item at global position `j` (`i*W + r`) is mixed
     with the one at `(a*j + s) % N` (`_mix_pairing`, exchanged by `_exchange_rows`) with weight `_beta_lams(...)[j]`"""
@@ -528,9 +528,8 @@ def _mixup(cb:MixUp):
     xb, yb = tuple(learn.xb), tuple(learn.yb)
     parts = _partner_rows(list(xb + yb), *_mix_pairing(seed, step, n), n, r, ws)
     xb1, cb.yb1 = parts[:len(xb)], tuple(parts[len(xb):])
-    learn.xb = tuple(torch.lerp(p, t, cb.lam.view(-1, *[1]*(x.dim() - 1))) for p, t in zip(xb1, xb))
-    if not cb.stack_y:
-        learn.yb = tuple(torch.lerp(p, t, cb.lam.view(-1, *[1]*(cb.y.dim() - 1))) for p, t in zip(cb.yb1, yb))
+    learn.xb = _blend(xb1, xb, cb.lam, x.dim())
+    if not cb.stack_y: learn.yb = _blend(cb.yb1, yb, cb.lam, cb.y.dim())
 
 def _cutmix(cb:CutMix):
     """fastai's `CutMix.before_batch`, drawing by distrib's rule: one weight and one box per global batch (from
@@ -552,8 +551,7 @@ def _cutmix(cb:CutMix):
     box, y = _partner_rows([x[..., y1:y2, x1:x2], cb.y], *_mix_pairing(seed, step, n), n, r, ws)
     learn.xb[0][..., y1:y2, x1:x2] = box
     cb.yb1, cb.lam = (y,), (1 - ((x2-x1)*(y2-y1))/float(W*H)).to(x.device)
-    if not cb.stack_y:
-        learn.yb = tuple(torch.lerp(p, t, cb.lam.view(-1, *[1]*(cb.y.dim() - 1))) for p, t in zip(cb.yb1, learn.yb))
+    if not cb.stack_y: learn.yb = _blend(cb.yb1, learn.yb, cb.lam, cb.y.dim())
 
 _RULES = {MixUp.before_batch: _mixup, CutMix.before_batch: _cutmix}
 

@@ -123,7 +123,8 @@ def _sync_bn(sync_bn:bool|None, model:nn.Module, device:torch.device)->bool:
     if sync_bn and device.type != 'cuda':
         raise ValueError(f"sync_bn=True needs CUDA (torch's SyncBatchNorm does not run on {device.type}): "
                          "pass sync_bn=False")
-    if sync_bn is not None or device.type == 'cuda': return sync_bn is not False
+    if sync_bn is not None: return sync_bn
+    if device.type == 'cuda': return True
     n = sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
     if n and current_world().rank == 0:
         warnings.warn(f"{n} BatchNorm layer(s) normalise with each rank's own batch statistics on {device.type} "
