@@ -17,7 +17,7 @@ sys.path.insert(0, {scripts!r})
 import fastai_job as job
 from fastai.callback.mixup import MixUp
 from distrib.fastai import *
-from distrib import fastai as df
+from distrib.fastai import mixup as df
 class LocalMixUp(MixUp):
     "fastai's MixUp as it is on each rank (its own draws, within the rank's batch)"
     def before_batch(self): super().before_batch()
@@ -56,7 +56,7 @@ def per_rank_work():
     last rank's; the other ranks need not exist for it): flat in the world size"""
     import time
     import numpy as np
-    from distrib import fastai as df
+    from distrib.fastai import mixup as df
     for W in (2, 64, 16384):
         for B in (8, 256):
             n, r, t0 = W*B, W - 1, time.perf_counter()

@@ -262,3 +262,18 @@ def test_checkpoint_resumes_grad_scaler(tmp_path):
     assert ours['resumed_from'] is not None and ours['rank_spread'] == 0
     assert ours['scaler']['scale'] == 2.**(10 + 16 // 3) and ours['scaler']['_growth_tracker'] == 16 % 3, ours['scaler']
     assert diff(ours['weights'], job.run_case('one_cycle', 12)['weights']) <= 1e-5
+
+NBS = Path(__file__).resolve().parent.parent/'nbs'
+FASTAI_NBS = sorted(NBS.glob('44*_fastai*.ipynb'))
+
+@pytest.mark.parametrize('nb', FASTAI_NBS, ids=lambda p: p.stem)
+def test_notebook_checks(nb):
+    """Every code cell of distrib.fastai's notebooks, in order, in one namespace: the check cells below each
+    definition, which `nbdev_test` skips (`#| notest`: its environment has no fastai), run here where fastai is"""
+    assert len(FASTAI_NBS) >= 7, FASTAI_NBS
+    ns = {'__name__': f'nbcheck_{nb.stem.replace(".", "_")}'}
+    for k, cell in enumerate(json.loads(nb.read_text())['cells']):
+        src = ''.join(cell['source'])
+        if cell['cell_type'] != 'code' or re.search(r'#\|\s*(eval:\s*false|slow)', src): continue
+        try: exec(compile(src, f'{nb.name}, cell {k}', 'exec'), ns)
+        except Exception as e: raise AssertionError(f"{nb.name}, cell {k} raised {e!r}:\n{src}") from e

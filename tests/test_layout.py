@@ -208,7 +208,9 @@ def test_strategies_registered_explicitly():
     from distrib.strategies.fsdp import FSDPTrainer
     assert _trainer_class('fsdp') is FSDPTrainer
 
-RUNTIME = 'distrib.runtime'
+INTERNAL = ('distrib.runtime', 'distrib.fastai')   # packages whose modules share names not in their `__all__`
+
+def _inside(mod:str, pkg:str)->bool: return mod == pkg or mod.startswith(pkg + '.')
 
 def _public(mod:str)->set|None:
     "The `__all__` of distrib module `mod`, read from its source; None when `mod` is no module file (a package)"
@@ -218,35 +220,38 @@ def _public(mod:str)->set|None:
     return next((set(ast.literal_eval(n.value)) for n in tree.body if isinstance(n, ast.Assign)
                  and any(getattr(t, 'id', None) == '__all__' for t in n.targets)), set())
 
-def runtime_internal_imports(path:Path)->list:
-    """`(line, module, name)` for every name `path` imports from a module of `distrib.runtime` that is not in that
-    module's `__all__` (its package-internal names, `#| exporti`), and every runtime module it imports whole (whose
-    names it would then reach past `__all__`); empty for the runtime's own modules, which share the internal names"""
-    if module_name(path) == RUNTIME or module_name(path).startswith(RUNTIME + '.'): return []
-    out = []
+def internal_imports(path:Path)->list:
+    """`(line, module, name)` for every name `path` imports from a module of a package of `INTERNAL`
+    (`distrib.runtime`, `distrib.fastai`) that is not in that module's `__all__` (its package-internal names,
+    `#| exporti`), and every such module it imports whole (whose names it would then reach past `__all__`); empty
+    for the package's own modules, which share the internal names"""
+    me, out = module_name(path), []
+    def outside(mod:str)->bool: return any(_inside(mod, pkg) and not _inside(me, pkg) for pkg in INTERNAL)
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             mod = _absolute(node, path)
-            if not (mod == RUNTIME or mod.startswith(RUNTIME + '.')): continue
+            if not outside(mod): continue
             public = _public(mod)
             for a in node.names:
+                if public is None and mod in INTERNAL and _public(f"{mod}.{a.name}") is None and a.name != '*':
+                    continue   # a name of the package's own __init__ (distrib.fastai's re-exports): public
                 if public is None: out.append((node.lineno, f"{mod}.{a.name}", '(the whole module)'))
                 elif a.name not in public: out.append((node.lineno, mod, a.name))
         elif isinstance(node, ast.Import):
-            out += [(node.lineno, a.name, '(the whole module)') for a in node.names
-                    if a.name == RUNTIME or a.name.startswith(RUNTIME + '.')]
+            out += [(node.lineno, a.name, '(the whole module)') for a in node.names if outside(a.name)]
     return out
 
-def test_runtime_internal_names_stay_inside():
-    """The runtime offers the layers above only what its modules' `__all__` list: a module of distrib outside
-    `distrib.runtime` (the data, the loop, callbacks, strategies, the launchers, the API) that imports one of the
-    runtime's package-internal names (defined in an `#| exporti` cell: importable by the runtime's own modules, not
-    in `__all__`, not in the API docs), or a runtime module whole, fails here. Tests, the notebooks' check cells and
-    bench/ may import internal names (they check the runtime's wiring): only distrib/ is read."""
+def test_internal_names_stay_inside():
+    """The runtime and `distrib.fastai` offer the modules outside them only what their modules' `__all__` list: a
+    module of distrib outside `distrib.runtime` (the data, the loop, callbacks, strategies, the launchers, the API)
+    that imports one of the runtime's package-internal names (defined in an `#| exporti` cell: importable by the
+    package's own modules, not in `__all__`, not in the API docs), or a runtime module whole, fails here; likewise
+    for `distrib.fastai`'s internal names (`Shares`, `sum_over_items`, `trainer_of`). Tests, the notebooks' check
+    cells and bench/ may import internal names (they check the wiring): only distrib/ is read."""
     bad = [f"{p.relative_to(PKG.parent)}:{ln}: {name} from {mod}" for p in modules()
-           for ln, mod, name in runtime_internal_imports(p)]
-    assert not bad, "runtime names that are internal (not in their module's __all__) imported outside the runtime: " \
-        "make the name public there (an #| export cell) if the layers above need it, or leave it to the runtime:\n" \
+           for ln, mod, name in internal_imports(p)]
+    assert not bad, "names that are internal to their package (not in their module's __all__) imported from " \
+        "outside it: make the name public there (an #| export cell) if others need it, or leave it to the package:\n" \
         + '\n'.join(bad)
 
 def test_stall_checks_set_up_by_a_call():
@@ -288,12 +293,29 @@ def test_runtime_boundary_can_fail(tmp_path, monkeypatch):
     (pkg/'strategies'/'x.py').write_text(src)
     (pkg/'runtime'/'y.py').write_text(src.replace('..runtime.', '.'))
     monkeypatch.setattr(__import__(__name__), 'PKG', pkg)
-    assert runtime_internal_imports(pkg/'strategies'/'x.py') == [
+    assert internal_imports(pkg/'strategies'/'x.py') == [
         (2, 'distrib.runtime.liveness', 'running'), (4, 'distrib.runtime.liveness', '(the whole module)'),
         (5, 'distrib.runtime.liveness', '(the whole module)')]
-    assert runtime_internal_imports(pkg/'runtime'/'y.py') == []
+    assert internal_imports(pkg/'runtime'/'y.py') == []
     with pytest.raises(AssertionError, match=r'strategies/x.py:2: running from distrib.runtime.liveness'):
-        test_runtime_internal_names_stay_inside()
+        test_internal_names_stay_inside()
+
+def test_fastai_boundary_can_fail(tmp_path, monkeypatch):
+    """The same rule for `distrib.fastai`: a module outside it importing `sum_over_items` (internal to
+    `distrib.fastai.losses`) is named; its public `ItemMean`, the package's re-exports, and the same import inside
+    `distrib.fastai` pass"""
+    pkg = tmp_path/'distrib'
+    (pkg/'fastai').mkdir(parents=True); (pkg/'strategies').mkdir()
+    (pkg/'fastai'/'__init__.py').write_text("from .losses import ItemMean\n__all__ = ['ItemMean']\n")
+    (pkg/'fastai'/'losses.py').write_text("__all__ = ['ItemMean']\nclass ItemMean: pass\ndef sum_over_items(): pass\n")
+    src = "from ..fastai.losses import ItemMean, sum_over_items\nfrom ..fastai import ItemMean as I\n"
+    (pkg/'strategies'/'x.py').write_text(src)
+    (pkg/'fastai'/'y.py').write_text(src.replace('..fastai.', '.').replace('..fastai', '.'))
+    monkeypatch.setattr(__import__(__name__), 'PKG', pkg)
+    assert internal_imports(pkg/'strategies'/'x.py') == [(1, 'distrib.fastai.losses', 'sum_over_items')]
+    assert internal_imports(pkg/'fastai'/'y.py') == []
+    with pytest.raises(AssertionError, match=r'strategies/x.py:1: sum_over_items from distrib.fastai.losses'):
+        test_internal_names_stay_inside()
 
 def test_readme_is_the_index_notebook():
     "README.md (written by hand) and nbs/index.ipynb (the docs' home page) say the same: tools/readme_to_index.py"

@@ -7,7 +7,7 @@ the rendered target); every public name each module defines (its `__all__`, less
 (chromium loads each image: its natural width and height are not 0); a screenshot of the index is written to
 `_proc/docs_check/index.png` (and must not be blank). Prints one line per problem and exits 1 when
 there is any. Usage: python tools/check_docs.py [site dir]"""
-import ast, importlib, importlib.util, json, re, shutil, subprocess, sys, tempfile
+import ast, json, re, shutil, subprocess, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
@@ -59,11 +59,17 @@ def defined_in(tree:ast.Module)->set:
             out |= {t.id for t in targets if isinstance(t, ast.Name)}
     return out
 
+def source_of(mod:str)->Path:
+    """The file of distrib module `mod` (`distrib.fastai.data` -> `distrib/fastai/data.py`, a package's
+    `__init__.py`), found without importing it or its package"""
+    f = ROOT/(mod.replace('.', '/') + '.py')
+    return f if f.exists() else ROOT/mod.replace('.', '/')/'__init__.py'
+
 def public_names(mod:str)->list:
     """The names of the module's `__all__` it defines itself, then the `Class.method` names its `@patch` functions add
     (fastcore's patch binds no name). Read from the source, not imported: `distrib.fastai` needs fastai, which the
     docs' environment has not (fastai needs fastcore 2, the development tools pin 1.14)"""
-    tree = ast.parse(Path(importlib.util.find_spec(mod).origin).read_text())
+    tree = ast.parse(source_of(mod).read_text())
     names = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
                   and any(getattr(t, 'id', None) == '__all__' for t in n.targets)), [])
     patched = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not
@@ -107,7 +113,7 @@ def module_pages()->dict:
     for nb in (ROOT/'nbs').glob('*.ipynb'):
         for c in json.loads(nb.read_text())['cells']:
             if c['cell_type'] == 'code' and (m := re.search(r'#\|\s*default_exp\s+(\S+)', ''.join(c['source']))):
-                out[f'{nb.stem}.html'] = f'distrib.{m.group(1)}'
+                out[f'{nb.stem}.html'] = f'distrib.{m.group(1)}'.removesuffix('.__init__')   # a package's page
                 break
     return out
 

@@ -8,7 +8,7 @@ from pathlib import Path
 START = ['33_strategies.context', '44_fastai', '19_learner', '11_data', '23_callback.checkpoint', '39_launch.cli',
          '41_launch.notebook', '25_callback.lr_find', '14_recorder']   # what a training script calls
 LAYERS = [(0, 'Runtime'), (11, 'Data and the loop'), (20, 'Callbacks'), (31, 'Strategies'), (38, 'Launch'),
-          (43, 'The public API')]   # (first notebook number, section)
+          (43, 'The public API'), (44, "fastai's Learner")]   # (first notebook number, section)
 
 def section(stem:str)->str:
     "The section of the page `stem` (`NN_name`, `NNa_name`), by its number"

@@ -289,7 +289,7 @@ if __name__ == '__main__':
     from distrib.runtime.collectives import all_reduce_sum
     import os
     import fastai_job   # noqa: the cases as that module's, so that what export pickles names it, not __main__
-    import distrib.fastai as dfa
+    import distrib.fastai.losses as dfa   # ItemMean's module: its start_sum is counted
     path, names, res, started = sys.argv[1], sys.argv[2:], {}, []
     dfa.start_sum = (lambda f: lambda n: started.append(1) or f(n))(dfa.start_sum)   # ItemMean's all-reduces of a count
     for name in names:
