@@ -301,6 +301,15 @@ class DistributedDL:
         if self.pad: return math.ceil(self.n/self.world_size)
         return len(range(self.rank, self.n, self.world_size))
 
+    def dataset_targets(self)->torch.Tensor|None:
+        """The tensor every batch's targets are rows of (the loop protocol's optional loader member): the last tensor
+        of a `TensorDataset` of at least two tensors read with default collation (the loop's `yb` is a batch's last
+        element); None for any other dataset or collation, whose targets are not known before they are read"""
+        ds = self.dataset
+        if type(ds) is not TensorDataset or len(ds.tensors) < 2 or self.dl.collate_fn is not default_collate:
+            return None
+        return ds.tensors[-1]
+
     def set_epoch(self, epoch:int):
         "Use the permutation of epoch `epoch` from the next iteration on (as `DistributedSampler.set_epoch`)"
         self.epoch = epoch

@@ -7,8 +7,8 @@ from __future__ import annotations
 from torch.utils.data import RandomSampler
 
 # %% auto #0
-__all__ = ['LOOP_ATTRS', 'RESUME_ATTRS', 'fit_epochs', 'is_sharded', 'start_batch_of', 'loader_order', 'check_loop',
-           'check_resumable_loop', 'batches_per_epoch', 'start_at', 'loop_state', 'load_loop_state']
+__all__ = ['LOOP_ATTRS', 'FIT_ATTRS', 'RESUME_ATTRS', 'fit_epochs', 'is_sharded', 'shard_world', 'start_batch_of', 'loader_order',
+           'check_loop', 'check_resumable_loop', 'batches_per_epoch', 'start_at', 'loop_state', 'load_loop_state']
 
 # %% ../nbs/12b_loop.ipynb #2bb74349
 def fit_epochs(learn)->tuple:
@@ -21,6 +21,11 @@ def is_sharded(dl)->bool:
     (`DistributedDL`, `IterableShards`, `distrib.fastai.ShardedDL`)"""
     return callable(getattr(dl, 'get_idxs', None)) and isinstance(getattr(dl, 'world_size', None), int)
 
+def shard_world(dl)->int:
+    """The number of ranks loader `dl` is sharded over: its `world_size` when it is sharded (`is_sharded`), else 1
+    (a plain loader: every rank reads it whole, or one process does)"""
+    return dl.world_size if is_sharded(dl) else 1
+
 def start_batch_of(dl)->int:
     "The batch a pass over loader `dl` starts at: its `start_batch` (a resumed pass), 0 for a loader without it"
     return getattr(dl, 'start_batch', 0) if is_sharded(dl) else 0
@@ -32,11 +37,15 @@ def loader_order(dl)->tuple:
     return (isinstance(getattr(dl, 'sampler', None), RandomSampler), None, getattr(dl, 'drop_last', None), None)
 
 # %% ../nbs/12b_loop.ipynb #cf045764
-LOOP_ATTRS = ('model', 'opt', 'dls', 'loss_func', 'metrics', 'cbs', 'add_cb', 'remove_cb', 'logger')
+LOOP_ATTRS = ('model', 'opt', 'dls', 'loss_func', 'metrics', 'cbs', 'add_cb', 'remove_cb', 'logger', 'loop_position')
+FIT_ATTRS = ('dl', 'xb', 'yb', 'pred', 'loss', 'epoch', 'n_epoch', 'iter', 'training')
 
 def check_loop(learn):
-    """Raise `TypeError` naming the attributes of the loop protocol (`LOOP_ATTRS`) that `learn` lacks, and a `dls`
-    without `loaders` (a list, the training loader first); return `learn`"""
+    """Raise `TypeError` naming the members of the loop protocol (`LOOP_ATTRS`, which a loop has whenever distrib
+    attaches to it) that `learn` lacks, and a `dls` without `loaders` (a list, the training loader first); return
+    `learn`. `FIT_ATTRS` are the members a loop sets during a fit (the current loader, batch, prediction, loss and
+    counters), which distrib reads only inside one and so does not check here. Every trainer calls it when it
+    attaches (`DistributedTrainer.wrap`), for distrib's `Learner` and fastai's alike."""
     missing = [a for a in LOOP_ATTRS if not hasattr(learn, a)]
     if 'dls' not in missing and not isinstance(getattr(learn.dls, 'loaders', None), list): missing.append('dls.loaders')
     if missing:

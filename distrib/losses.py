@@ -8,12 +8,12 @@ import sys, numbers
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import TensorDataset, default_collate
 from .runtime.collectives import comm_device
 from .runtime.group import group_backend
 from .runtime.position import doing
 from .callback.core import Callback
-from .data import DistributedDL, IterableShards, find_bs
+from .data import find_bs
+from .loop import is_sharded, shard_world
 
 # %% auto #0
 __all__ = ['count_dtype', 'item_count', 'sum_and_count', 'batch_loss', 'start_sum', 'finish_sum', 'scale_grads_', 'ItemMean']
@@ -122,10 +122,6 @@ def batch_loss(loss_func, # `loss_func(pred, *yb)`: a batch mean or `(sum, count
     return v / n.to(v.dtype).clamp_min(torch.finfo(v.dtype).tiny), v, n   # n = 0: v = 0, and 0 (no NaN)
 
 # %% ../nbs/12a_losses.ipynb #2529791e
-def _world_size(dl)->int:
-    "The number of ranks the loader `dl` is sharded across (1 for a loader that is not)"
-    return dl.world_size if isinstance(dl, (DistributedDL, IterableShards)) else 1
-
 def _pow2(x:torch.Tensor)->torch.Tensor:
     "The power of two nearest to `x` > 0, in `x`'s dtype"
     return torch.exp2(torch.round(torch.log2(x)))
@@ -153,14 +149,6 @@ def finish_sum(started:tuple, device:torch.device)->torch.Tensor:
     with doing('collective', "the all_reduce of the step's item count", device=buf.device): work.wait()
     return buf.to(device)
 
-def _dataset_targets(dl)->torch.Tensor|None:
-    """The tensor every training batch's targets of the `DistributedDL` `dl` are rows of: the last tensor of its
-    `TensorDataset` (the `Learner`'s `yb` is a batch's last element), read with default collation; None for any
-    other dataset or collation (whose targets are not known before they are read)"""
-    ds = dl.dataset
-    if type(ds) is not TensorDataset or len(ds.tensors) < 2 or dl.dl.collate_fn is not default_collate: return None
-    return ds.tensors[-1]
-
 def _loader_targets(learn, order:int)->bool:
     """Whether the targets `ItemMean` (at `order`) sees in `before_batch` are the loader's: no other callback up to
     `order` handles `before_batch`, but `GradientAccumulation`, which only counts samples (later changes are caught
@@ -181,7 +169,7 @@ def _agree(facts:list)->bool:
 def _counts_known_equal(learn, order:int, checked:dict)->bool:
     """Whether every rank's count of items is the same at every training batch of this pass over `learn.dl`, known
     without asking at each step. On every rank: the loader is a `DistributedDL` over a `TensorDataset` read with
-    default collation, so a batch's targets are rows of the dataset's last tensor (`_dataset_targets`); no callback
+    default collation, so a batch's targets are rows of the dataset's last tensor (its `dataset_targets()`); no callback
     changes them before `ItemMean` counts them (`_loader_targets`); the loss is one `item_count` knows without class
     `weight`, and no element of that tensor is its `ignore_index` (read once per pass; `checked` remembers it for an
     unchanged tensor), so a batch's count is its targets' number of elements; every rank has the same shard length
@@ -190,7 +178,8 @@ def _counts_known_equal(learn, order:int, checked:dict)->bool:
     everywhere, rows of the same shape. Then every rank counts `n` and the step's count is `n·W`. One all-reduce per
     pass (`_agree`) checks that these facts hold, and alike, on every rank: the answer is the same everywhere"""
     dl, m = learn.dl, _loss_module(learn.loss_func)
-    t = _dataset_targets(dl) if isinstance(dl, DistributedDL) else None
+    f = getattr(dl, 'dataset_targets', None) if is_sharded(dl) else None
+    t = f() if callable(f) else None
     ok = (m is not None and m.weight is None and t is not None and not t.is_floating_point() and t.dim() >= 1
           and _loader_targets(learn, order))
     if ok:
@@ -242,7 +231,7 @@ class ItemMean(Callback):
         self.pending, self._checked = False, {}
     def before_train(self):
         "Once a pass (the per-batch path stays short): the world size, and whether the ranks' counts are known equal"
-        self._ws, lf = _world_size(self.learn.dl), self.learn.loss_func
+        self._ws, lf = shard_world(self.learn.dl), self.learn.loss_func
         known = (self._ws > 1 and _loss_module(lf) is not None   # a batch-mean loss: nothing to check
                  and _counts_known_equal(self.learn, self.order, self._checked))
         self._known = lf if known else None

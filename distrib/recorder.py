@@ -12,7 +12,7 @@ from .runtime.world import current_world
 from .runtime.collectives import all_reduce_sum
 from .callback.core import Callback
 from .metrics import AvgLoss
-from .data import DistributedDL, IterableShards
+from .loop import shard_world
 from .losses import count_dtype
 
 # %% auto #0
@@ -72,7 +72,7 @@ class Recorder(Callback):
             for m in [self.valid_loss] + self.learn.metrics: m.accumulate(self.learn)
     def _sharded(self)->bool:
         "Whether the pass's loader is sharded across ranks"
-        return isinstance(self.learn.dl, (DistributedDL, IterableShards)) and self.learn.dl.world_size > 1
+        return shard_world(self.learn.dl) > 1
     def _sync(self, ms):
         "Combine the ranks' parts of `ms` when the pass's loader is sharded across ranks"
         if self._sharded():

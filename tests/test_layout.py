@@ -254,6 +254,34 @@ def test_internal_names_stay_inside():
         "outside it: make the name public there (an #| export cell) if others need it, or leave it to the package:\n" \
         + '\n'.join(bad)
 
+LOADERS = {'DistributedDL', 'IterableShards', 'ShardedDL'}   # distrib's loader classes
+
+def loader_isinstances(path:Path)->list:
+    """`(line, class)` for every `isinstance(x, C)` in `path` whose class (or one of a tuple of them) is one of
+    distrib's loader classes (`LOADERS`), by name"""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, 'id', None) == 'isinstance' and len(node.args) == 2:
+            cls = node.args[1]
+            for c in (cls.elts if isinstance(cls, ast.Tuple) else [cls]):
+                name = c.id if isinstance(c, ast.Name) else c.attr if isinstance(c, ast.Attribute) else None
+                if name in LOADERS: out.append((node.lineno, name))
+    return out
+
+def test_loaders_reached_through_the_protocol():
+    """distrib reaches a loader through the loop protocol's members (`distrib.loop.is_sharded`, `shard_world`, the
+    optional `n_shard` and `dataset_targets()`), never by `isinstance` on its own loader classes, except in the
+    modules that define them (`distrib/data.py`, `distrib/fastai/data.py`): any loader with the members is served"""
+    bad = [f"{p.relative_to(PKG.parent)}:{ln}: isinstance(..., {c})" for p in modules() if p.name != 'data.py'
+           for ln, c in loader_isinstances(p)]
+    assert not bad, "isinstance on distrib's loader classes (use distrib.loop's is_sharded/shard_world):\n" + \
+        '\n'.join(bad)
+
+def test_loader_rule_can_fail(tmp_path):
+    p = tmp_path/'x.py'
+    p.write_text("def f(dl):\n    return isinstance(dl, (DistributedDL, list)) or isinstance(dl, data.ShardedDL)\n")
+    assert loader_isinstances(p) == [(2, 'DistributedDL'), (2, 'ShardedDL')]
+
 def test_stall_checks_set_up_by_a_call():
     "Nothing imports `runtime.stalls` for its effect: whoever starts liveness calls `watch_stalls()` first"
     for p in modules():

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from ..data import DistributedDL, find_bs
+from ..data import find_bs
+from ..loop import shard_world
 from .core import Callback, CancelBatchException
 from ..state import sharding_types
 from ..runtime.position import doing
@@ -127,7 +128,7 @@ class GradientAccumulation(Callback):
         self.active = self.learn.training and bool(self.learn.yb)
         if not self.active: return
         dl = self.learn.dl
-        self.bs, self.world = find_bs(self.learn.yb), (dl.world_size if isinstance(dl, DistributedDL) else 1)
+        self.bs, self.world = find_bs(self.learn.yb), shard_world(dl)
         self.last = self.count + self.bs*self.world >= self.n_acc   # this micro-batch ends the window
         ddp, fsdp = self._ddp(), self._fsdp()
         quiet = self.strategy == 'forced_sync' or (self.strategy == 'single_auto_sync' and not self.last)

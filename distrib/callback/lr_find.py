@@ -12,7 +12,7 @@ from fastcore.basics import patch, noop
 from ..runtime.world import current_world
 from .core import CancelFitException, CancelValidException
 from ..runtime.collectives import all_reduce_sum
-from ..data import DistributedDL
+from ..loop import shard_world
 from ..learner import Learner
 from ..model import unwrap_model
 from .schedule import ParamScheduler, SchedExp, planned_steps
@@ -62,7 +62,7 @@ class LRFinder(ParamScheduler):
         "The global mean loss of the micro-batches since the last step: one all-reduce when the loader is sharded"
         t = torch.tensor([self._sum, self._count], dtype=torch.float64)
         dl = self.learn.dl
-        if isinstance(dl, DistributedDL) and dl.world_size > 1: t = all_reduce_sum(t)
+        if shard_world(dl) > 1: t = all_reduce_sum(t)
         self._sum, self._count = 0., 0
         return (t[0]/t[1]).item()
 

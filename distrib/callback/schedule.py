@@ -8,7 +8,7 @@ import math
 from torch.utils.data import DataLoader
 from fastcore.basics import patch, listify
 from .core import Callback
-from ..data import DistributedDL
+from ..loop import is_sharded, shard_world
 from ..learner import Learner
 
 # %% auto #0
@@ -120,7 +120,9 @@ def set_hyper(opt, name:str, value):
 # %% ../../nbs/24_callback.schedule.ipynb #ba6c5daa
 def _epoch_batch_sizes(dl)->list|None:
     "Samples in each batch one rank reads from `dl` in an epoch; None when `dl` does not tell"
-    if isinstance(dl, DistributedDL): n, bs, drop = dl.n_shard, dl.batch_size, dl.drop_last
+    if is_sharded(dl):
+        if getattr(dl, 'n_shard', None) is None: return None   # a stream, or a loader that does not tell
+        n, bs, drop = dl.n_shard, dl.batch_size, dl.drop_last
     elif isinstance(dl, DataLoader) and dl.batch_size is not None and hasattr(dl.dataset, '__len__'):
         n, bs, drop = len(dl.dataset), dl.batch_size, dl.drop_last
     else: return None
@@ -141,7 +143,7 @@ def planned_steps(learn:Learner, n_epoch:int)->int:
                          f"training loader ({type(dl).__name__}) does not tell its batch sizes, so a schedule cannot "
                          "know how many steps the fit takes: build the loader with batch_size over a dataset with "
                          "a length")
-    world = dl.world_size if isinstance(dl, DistributedDL) else 1
+    world = shard_world(dl)
     return counters[0].planned_steps(s*world for _ in range(n_epoch) for s in sizes)
 
 # %% ../../nbs/24_callback.schedule.ipynb #312622e3

@@ -8,7 +8,7 @@ import math, operator
 import torch
 from .core import Callback, CancelFitException
 from ..runtime.collectives import all_reduce_sum, broadcast_object, gather_object
-from ..data import DistributedDL
+from ..loop import shard_world
 
 # %% auto #0
 __all__ = ['TerminateOnNaNCallback', 'TrackerCallback', 'EarlyStoppingCallback', 'SaveModelCallback']
@@ -16,7 +16,7 @@ __all__ = ['TerminateOnNaNCallback', 'TrackerCallback', 'EarlyStoppingCallback',
 # %% ../../nbs/26_callback.tracker.ipynb #7dfc8e76
 def _sharded(learn)->bool:
     "Whether the loader of the current pass is sharded across several ranks (then every rank runs the same events)"
-    return isinstance(learn.dl, DistributedDL) and learn.dl.world_size > 1
+    return shard_world(learn.dl) > 1
 
 def _distributed(learn)->bool:
     "Whether `learn` trains under a `DistributedTrainer` in a world of several processes"

@@ -24,7 +24,7 @@ from ..runtime.group import group_timeout
 from ..runtime.waits import agree_cancel
 from ..runtime.position import doing
 from ..runtime.collectives import broadcast_object
-from ..loop import check_loop, is_sharded
+from ..loop import is_sharded
 from ..learner import Learner as DistribLearner
 from ..model import model_device, unwrap_model
 from ..strategies import ddp, dp
@@ -90,6 +90,19 @@ class LoopWatch:
                     training=getattr(l, 'training', False), level=self.level, start_epoch=skip[0] if skip else 0)
     def __repr__(self): return f"LoopWatch(first={self.first})"
 
+# %% ../../nbs/44e_fastai.distributed.ipynb #449e360e
+@patch_to(Learner)
+def loop_position(self:Learner)->dict:
+    """The loop protocol's position (`distrib.loop`) of fastai's Learner, which `distrib.runtime.position.track`
+    reads from the watchdog thread: its `LoopWatch`'s (`learn.loop_watch`, which `DistributedTrainer` adds and fastai
+    names after the callback) while distrib is attached; before that, the place of a Learner no fit has entered
+    (event 'after_create', level 0)"""
+    w = getattr(self, 'loop_watch', None)
+    if isinstance(w, LoopWatch): return w.loop_position()
+    return dict(event='after_create', epoch=getattr(self, 'epoch', 0), batch=getattr(self, 'iter', 0),
+                training=getattr(self, 'training', False), level=0, start_epoch=0)
+
+
 # %% ../../nbs/44e_fastai.distributed.ipynb #e3591970
 class DistributedTrainer(ddp.DistributedTrainer):
     """distrib's `DistributedTrainer` (`distrib.strategies.ddp`, same arguments) on fastai's `Learner`: attach it
@@ -105,11 +118,10 @@ class DistributedTrainer(ddp.DistributedTrainer):
         return new
 
     def wrap(self):
-        check_loop(self.learn)
         check_metrics(self.learn.metrics)
         self.watch = LoopWatch(first=True)
         self.watch_body = LoopWatch(first=False, partner=self.watch, at_end=self.after_all_fit)
-        self.shares = Shares()   # of the DDP hook `_wrap_model` registers
+        self.shares = Shares()   # of the DDP hook `wrap_model` registers
         super().wrap()
         self.items, self.mix = ItemMean(self.shares), MixDraws()
         self.learn.add_cbs([self.watch, self.watch_body, self.items, self.mix])
@@ -117,21 +129,17 @@ class DistributedTrainer(ddp.DistributedTrainer):
         self.learn.splitter = lambda m: self.splitter(unwrap_model(m))
         self.trainable, self.acc = self._trainable(), []
 
-    def _wrap_model(self, model, device, compile_opts):
+    def wrap_model(self, model, device, compile_opts):
         """distrib's (`model` in DDP), with DDP's communication hook `sum_over_items`, with which `ItemMean`'s count
         travels with the gradients, when the user gave no `comm_hook`, nothing is compiled, and the parameters that
         train are float32 or float64 (a count summed in float16 or bfloat16 would not be exact)"""
-        ddp, sh = super()._wrap_model(model, device, compile_opts), self.shares
+        ddp, sh = super().wrap_model(model, device, compile_opts), self.shares
         sh.hooked = (self.comm_hook is None and compile_opts is None and not self.compiled
                      and all(p.dtype in (torch.float32, torch.float64) for p in model.parameters() if p.requires_grad))
         if sh.hooked:
             sh.group = ddp.process_group
             ddp.register_comm_hook(sh, sum_over_items)
         return ddp
-
-    def loop(self):
-        "The object whose `loop_position()` the heartbeat reports: the `LoopWatch` on fastai's events"
-        return self.watch
 
     def unwrap(self):
         if self.model is None: return
@@ -163,7 +171,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
         check_metrics(self.learn.metrics)
         if self._trainable() != self.trainable:   # fine_tune's freeze / unfreeze: DDP over what trains now
             self.trainable, self.learn.model, swapped = self._trainable(), self.inner, self.swapped
-            self.wrapped = self.learn.model = self._wrap_model(self.inner, model_device(self.inner), None)
+            self.wrapped = self.learn.model = self.wrap_model(self.inner, model_device(self.inner), None)
             self.swapped = swapped + self.swapped
         self.acc = [(cb, cb.n_acc) for cb in self.learn.cbs if isinstance(cb, GradientAccumulation)]
         for cb, n in self.acc: cb.n_acc = n / self.world.world_size

@@ -17,7 +17,7 @@ from ..runtime.group import ensure_distrib, rank_device, group_backend
 from ..runtime.position import rank_state, track, doing, mark_queued
 from ..runtime.stragglers import StepTimer
 from ..data import DataLoaders, DistributedDL, IterableShards
-from ..loop import is_sharded
+from ..loop import is_sharded, check_loop
 from ..callback.core import Callback
 from ..model import model_device, move_model, is_compiled, unwrap_model
 from .preflight import preflight_check, check_models, check_loader
@@ -190,15 +190,15 @@ class DistributedTrainer(Callback):
         if not ensure_distrib(world) and not pg_initialized():
             raise RuntimeError("DistributedTrainer needs a world of several processes, and this process is alone: "
                                "launch the script with python -m distrib.launch script.py (or torchrun, srun, mpirun)")
-        learn = self.learn
+        learn = check_loop(self.learn)
         opts = self._compile_options(learn.model)
         inner = unwrap_model(learn.model)   # a model the user compiled is compiled again, after wrapping
         dls = self.shard_dls(learn.dls, world)  # may raise
-        model = self._wrap_model(inner, train_device(inner, self.device), opts)  # the Learner is unchanged if it raises
+        model = self.wrap_model(inner, train_device(inner, self.device), opts)  # the Learner is unchanged if it raises
         if opts is not None:
             try: self.compiled = compile_forwards(self._compiled_modules(model), opts)
             except BaseException:
-                self._unwrap_model(model)
+                self.undo_wrap(model)
                 raise
         self.model, self.inner, self.dls, self.wrapped = learn.model, inner, learn.dls, model
         learn.model, learn.dls = model, dls
@@ -210,19 +210,19 @@ class DistributedTrainer(Callback):
             learn.logger = noop
             if self.progress is not None: self.progress.enabled = False
         self.in_fit = False
-        track(self.loop())
-
-    def loop(self):
-        "The object whose position the heartbeat reports (the loop protocol's `loop_position()`): the Learner"
-        return self.learn
+        track(learn)   # the heartbeat reports its `loop_position()` (the loop protocol)
 
     def shard_dls(self, dls, world:World):
         """The loaders the loop reads while attached, in place of `dls` (the loop protocol's `learn.dls`): distrib's
         `DataLoaders` of each loader's shard (`_shard_loader`); `distrib.fastai` gives fastai's"""
         return DataLoaders(*[_shard_loader(dl, i, world) for i, dl in enumerate(dls.loaders)])
 
-    def _wrap_model(self, model:nn.Module, device:torch.device, compile_opts:dict|None)->nn.Module:
-        "`model` on `device`, in a `DistributedModule` with its communication hook (and SyncBatchNorm)"
+    def wrap_model(self, model:nn.Module, device:torch.device, compile_opts:dict|None)->nn.Module:
+        """`model` (the Learner's plain module) on `device` (a `torch.device`), in a `DistributedModule` with its
+        communication hook (and SyncBatchNorm); `compile_opts`, `torch.compile`'s options or None. The hook a
+        trainer of another strategy or loop overrides (`FSDPTrainer` shards the model instead; `distrib.fastai`'s
+        trainer adds its communication hook), with `undo_wrap`: `wrap` calls it, and `distrib.fastai` again when
+        `fine_tune` changes what trains. Returns the wrapped module; the Learner is unchanged if it raises."""
         sync = _sync_bn(self.sync_bn, model, device)
         if compile_opts is not None: check_ddp_buckets(self.ddp_kwargs.get('bucket_cap_mb'))
         move_model(model, self.learn.opt, device)  # the optimizer's state too: a Learner that trained before
@@ -240,8 +240,9 @@ class DistributedTrainer(Callback):
         "The modules whose `forward` `compile` compiles: the one the DDP wrapper `model` wraps"
         return [model.module]
 
-    def _unwrap_model(self, model:nn.Module):
-        "Undo what `_wrap_model` did to the Learner's model, which `model` wraps: BatchNorm layers back"
+    def undo_wrap(self, model:nn.Module):
+        """Undo what `wrap_model` did to the Learner's model, which `model` (what `wrap_model` returned) wraps:
+        BatchNorm layers back. The hook a subclass overrides with `wrap_model`."""
         revert_sync_batchnorm(self.swapped)
         self.swapped = []
 
@@ -254,7 +255,7 @@ class DistributedTrainer(Callback):
         learn = self.learn
         restore_forwards(self.compiled)
         self.compiled = []
-        self._unwrap_model(self.wrapped)
+        self.undo_wrap(self.wrapped)
         learn.model, learn.dls, learn.logger, learn.world = self.model, self.dls, self.logger, None
         if self.progress is not None: self.progress.enabled = self.progress_enabled
         self.model = self.inner = self.dls = self.wrapped = None

@@ -202,7 +202,7 @@ class FSDPTrainer(DistributedTrainer):
         self.mp_dtype = param
         return _fsdp2()[1](param_dtype=param, reduce_dtype=reduce, output_dtype=dtype if param else None)
 
-    def _wrap_model(self, model:nn.Module, device:torch.device, compile_opts:dict|None)->nn.Module:
+    def wrap_model(self, model:nn.Module, device:torch.device, compile_opts:dict|None)->nn.Module:
         "A sharded copy of `model` with rank 0's weights, and the Learner's optimizer rebuilt over its shards"
         averages = _check_collectives(device)
         check_models(model)  # the same parameters and dtypes on every rank, before FSDP shards them
@@ -233,7 +233,7 @@ class FSDPTrainer(DistributedTrainer):
         return sharded
 
     def _unpark(self):
-        "The Learner's model and its optimizer's state back on the device they were on before `_wrap_model`"
+        "The Learner's model and its optimizer's state back on the device they were on before `wrap_model`"
         if self.parked: move_model(self.parked[0], self.plain_opt, self.parked[1])
         self.parked = None
 
@@ -247,7 +247,7 @@ class FSDPTrainer(DistributedTrainer):
         return self.units
 
     @torch.no_grad()
-    def _unwrap_model(self, sharded:nn.Module):
+    def undo_wrap(self, sharded:nn.Module):
         """The trained weights and optimizer state into the Learner's model and optimizer, one whole tensor at a
         time, straight to the Learner's model's device (not while an exception propagates)"""
         learn, opt = self.learn, self.learn.opt
