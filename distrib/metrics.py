@@ -141,7 +141,8 @@ class AccumMetric(Metric):
         "Replace this rank's predictions and targets by every rank's, in dataset order; every rank must call it"
         preds, targs = self._cat(self.preds), self._cat(self.targs)
         idxs = dl.get_idxs()[:len(preds)]
-        self.preds, self.targs = [gather_in_order(preds, idxs)], [gather_in_order(targs, idxs)]
+        preds, targs = gather_in_order([preds, targs], idxs)   # gathered together: 4 collectives
+        self.preds, self.targs = [preds], [targs]
     @property
     def value(self):
         if not self.preds: return None

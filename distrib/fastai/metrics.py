@@ -5,7 +5,6 @@
 # %% ../../nbs/44b_fastai.metrics.ipynb #0b8a5bed
 from __future__ import annotations
 import torch
-import torch.distributed as dist
 try:
     from fastai.learner import AvgLoss, AvgSmoothLoss, ValueMetric
     from fastai.metrics import AvgMetric, AccumMetric
@@ -13,8 +12,7 @@ try:
     from fastai.torch_core import apply
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
-from ..runtime.position import doing
-from ..runtime.collectives import all_reduce_sum, comm_device
+from ..runtime.collectives import all_reduce_sum, gather_rows, order_rows
 
 # %% auto #0
 __all__ = ['check_metrics', 'sync_metric', 'sync_metrics', 'gather_preds']
@@ -43,35 +41,21 @@ def _per_item(info:list, dl, what:str)->tuple:
 
 def _rows_many(ts:list, dl, what:str)->list:
     """Every rank's rows of each tensor of `ts` (this rank's: one or `k` rows per item it read of `dl`, a `ShardedDL`),
-    in the epoch's order, each item once (a padded duplicate dropped), on the CPU, as `gather_in_order` orders them:
-    one `all_gather_object` of the tensors' shapes, then one `all_gather` per tensor; every rank's positions are
-    computed from `dl` (`read_positions(rank)`), not gathered. Every rank must call it with the same number of
-    tensors. Raises `ValueError` naming `what` for rows that are not `k` per item on every rank, of one shape and
-    dtype."""
-    W, ts = dl.world_size, [t.detach() for t in ts]
-    mine = [(len(t), tuple(t.shape[1:]), str(t.dtype)) for t in ts]
-    metas = [mine] if W == 1 else [None]*W
-    if W > 1:
-        with doing('collective', what, device=comm_device()): dist.all_gather_object(metas, mine)
+    in the epoch's order, each item once (a padded duplicate dropped), on the CPU: the rows gathered by
+    `gather_rows` (one `all_gather_object` of the tensors' shapes, then one `all_gather` per tensor) and ordered by
+    `order_rows`, as `gather_in_order` orders them; every rank's positions are computed from `dl`
+    (`read_positions(rank)`), not gathered. Every rank must call it with the same number of tensors. Raises
+    `ValueError` naming `what` for rows that are not `k` per item on every rank, of one shape and dtype (every rank
+    alike: each sees every rank's counts)."""
+    W = dl.world_size
+    parts = gather_rows(ts, what) if W > 1 else [[t.detach().cpu()] for t in ts]
     pos = torch.cat([dl.read_positions(r) % dl.n_items for r in range(W)])
     out = []
-    for j, t in enumerate(ts):
-        k, shape, dtype = _per_item([m[j] for m in metas], dl, what)
-        if k == 0: out.append(t.cpu()[:0]); continue
-        counts = [dl.n_of(r)*k for r in range(W)]
-        if W == 1: rows = t.cpu()
-        else:
-            dev = comm_device()
-            buf = torch.zeros((max(counts), *shape), dtype=getattr(torch, dtype.split('.')[-1]), device=dev)
-            buf[:len(t)] = t.to(dev)
-            parts = [torch.empty_like(buf) for _ in range(W)]
-            with doing('collective', what, device=dev): dist.all_gather(parts, buf)
-            rows = torch.cat([p[:c].cpu() for p, c in zip(parts, counts)])
+    for ps in parts:
+        k, _, _ = _per_item([(len(p), tuple(p.shape[1:]), str(p.dtype)) for p in ps], dl, what)
+        if k == 0: out.append(ps[0][:0]); continue
         idx = (pos[:, None]*k + torch.arange(k)).flatten() if k > 1 else pos
-        order = torch.argsort(idx, stable=True)
-        first = torch.ones(len(idx), dtype=torch.bool)
-        first[1:] = idx[order][1:] != idx[order][:-1]   # the first copy of a padded duplicate
-        out.append(rows[order[first]])
+        out.append(order_rows(torch.cat(ps), idx))
     return out
 
 def _accum_tensors(m)->list:

@@ -10,7 +10,8 @@ from .group import ensure_distrib, group_backend
 from .position import doing
 
 # %% auto #0
-__all__ = ['comm_device', 'broadcast_object', 'all_reduce_sum', 'all_reduce_mean', 'gather_object', 'gather_in_order']
+__all__ = ['comm_device', 'broadcast_object', 'all_reduce_sum', 'all_reduce_mean', 'gather_object', 'gather_rows', 'order_rows',
+           'gather_in_order']
 
 # %% ../../nbs/09_runtime.collectives.ipynb #77423bce
 def _world_size()->int:
@@ -91,43 +92,69 @@ def gather_object(obj,                 # any picklable object
     return out
 
 # %% ../../nbs/09_runtime.collectives.ipynb #684e3476
-def _gather_rows(t:torch.Tensor)->list:
-    "Every rank's `t` (rows of the same shape and dtype; the count may differ), as a list indexed by rank, on the CPU"
-    meta = [None]*dist.get_world_size()
-    with doing('collective', 'gather_in_order', device=comm_device()):
-        dist.all_gather_object(meta, (len(t), tuple(t.shape[1:]), str(t.dtype)))
-    shapes = {(s, d) for n, s, d in meta if n}
-    if len(shapes) > 1:
-        raise ValueError(f"gather_in_order: the ranks' rows differ in shape or dtype: {sorted(shapes)}; every rank "
-                         "must pass results of the same shape (but the first dim) and dtype")
-    if not shapes: return [t.cpu()[:0] for _ in meta]
-    (shape, dtype), = shapes
-    dtype = getattr(torch, dtype.split('.')[-1])
-    dev, longest = comm_device(), max(n for n, _, _ in meta)
-    buf = torch.zeros((longest, *shape), dtype=dtype, device=dev)
-    if len(t): buf[:len(t)] = t.to(dev)
-    parts = [torch.empty_like(buf) for _ in meta]
-    with doing('collective', 'gather_in_order', device=dev):
-        dist.all_gather(parts, buf)
-        return [p[:n].cpu() for p, (n, _, _) in zip(parts, meta)]  # under NCCL alone: the wait for the peers
+def gather_rows(ts:list,                      # tensors of this rank: rows of one shape and dtype each, any count
+                what:str='gather_rows',       # what is gathered, named in the error and the rank's position
+               )->list:                       # per tensor of `ts`, every rank's rows (CPU), a list indexed by rank
+    """Every rank's rows of each tensor of `ts`, on every rank: `[[rank 0's, rank 1's, ...] for each tensor]`, on
+    the CPU (in a world of one, `[[t] for t in ts]`). One `all_gather_object` of the row count, row shape and dtype
+    of all of `ts`, then one `all_gather` per tensor of the rows padded to the longest rank's (on `comm_device()`):
+    2 + 1 per tensor collectives, whatever the number of tensors; O(rows) bytes. A rank with no row of a tensor may
+    pass an empty tensor of any shape. Every rank must call it with the same number of tensors. Raises
+    `ValueError` naming `what` when the ranks' rows of a tensor differ in shape (but the first dimension) or dtype
+    (on every rank alike: all see the same shapes), and what `setup_distrib` raises."""
+    ts = [t.detach() for t in ts]
+    if _world_size() == 1: return [[t.cpu()] for t in ts]
+    mine = [(len(t), tuple(t.shape[1:]), str(t.dtype)) for t in ts]
+    metas = [None]*dist.get_world_size()
+    with doing('collective', what, device=comm_device()): dist.all_gather_object(metas, mine)
+    out = []
+    for j, t in enumerate(ts):
+        meta = [m[j] for m in metas]
+        shapes = {(s, d) for n, s, d in meta if n}
+        if len(shapes) > 1:
+            raise ValueError(f"{what}: the ranks' rows differ in shape or dtype: {sorted(shapes)}; every rank must "
+                             "pass results of the same shape (but the first dim) and dtype")
+        if not shapes: out.append([t.cpu()[:0] for _ in meta]); continue
+        (shape, dtype), = shapes
+        dev, longest = comm_device(), max(n for n, _, _ in meta)
+        buf = torch.zeros((longest, *shape), dtype=getattr(torch, dtype.split('.')[-1]), device=dev)
+        if len(t): buf[:len(t)] = t.to(dev)
+        parts = [torch.empty_like(buf) for _ in meta]
+        with doing('collective', what, device=dev):
+            dist.all_gather(parts, buf)
+            out.append([p[:n].cpu() for p, (n, _, _) in zip(parts, meta)])  # under NCCL alone: the wait for peers
+    return out
 
-def gather_in_order(t:torch.Tensor,    # this rank's results, one row per sample: shape (k, ...)
-                    idxs:torch.Tensor, # int64 dataset index of each row of `t`: shape (k,)
-                    gather:bool=True,  # False: only reorder this rank's rows (a loader not sharded across ranks)
-                   )->torch.Tensor:    # all ranks' rows in dataset order, each index once: (n_seen, ...), CPU
-    """Every rank's rows of `t` in the order of their dataset indices `idxs`, each index once (its first copy),
-    on every rank; in a world of one, or with `gather=False`, `t`'s rows reordered. With `gather`, every rank must
-    call it. Raises `ValueError` when `len(idxs) != len(t)` or the ranks' rows differ in shape or dtype, and what
-    `setup_distrib` raises."""
-    if len(idxs) != len(t):
-        raise ValueError(f"gather_in_order: {len(t)} rows but {len(idxs)} indices; pass one dataset index per row")
-    idxs = idxs.cpu().long()
-    if gather and _world_size() > 1:
-        rows, ids = _gather_rows(t), _gather_rows(idxs)
-        idxs, t = torch.cat(ids), torch.cat(rows)
-    else: t = t.cpu()
+def order_rows(t:torch.Tensor,      # rows: shape (k, ...)
+               idxs:torch.Tensor,   # the index of each row in the order wanted: int64, shape (k,)
+              )->torch.Tensor:      # `t`'s rows sorted by `idxs`, each index once (its first copy)
+    """The rows of `t` in the order of `idxs` (a stable sort), keeping the first row of an index that appears more
+    than once (the items a padded shard repeats): what `gather_in_order` returns from the gathered rows"""
     order = torch.argsort(idxs, stable=True)
     sidx = idxs[order]
     first = torch.ones(len(sidx), dtype=torch.bool)
     first[1:] = sidx[1:] != sidx[:-1]  # keep the first copy of a padded duplicate
     return t[order[first]]
+
+def gather_in_order(t:torch.Tensor|list, # this rank's results, one row per sample: shape (k, ...); or a list of such
+                    idxs:torch.Tensor,   # int64 dataset index of each row of `t`: shape (k,)
+                    gather:bool=True,    # False: only reorder this rank's rows (a loader not sharded across ranks)
+                   )->torch.Tensor|list: # all ranks' rows in dataset order, each index once: (n_seen, ...), CPU
+    """Every rank's rows of `t` in the order of their dataset indices `idxs`, each index once (its first copy),
+    on every rank; in a world of one, or with `gather=False`, `t`'s rows reordered. `t` may be a list of tensors
+    with the same rows (predictions and targets): a list comes back, gathered together (`gather_rows`: one
+    collective for their shapes, one per tensor, one for the indices). With `gather`, every rank must call it.
+    Raises `ValueError` when `len(idxs)` differs from a tensor's rows or the ranks' rows differ in shape or dtype,
+    and what `setup_distrib` raises."""
+    ts = list(t) if isinstance(t, (list, tuple)) else [t]
+    for x in ts:
+        if len(idxs) != len(x):
+            raise ValueError(f"gather_in_order: {len(x)} rows but {len(idxs)} indices; pass one dataset index per row")
+    idxs = idxs.cpu().long()
+    if gather and _world_size() > 1:
+        *rows, ids = gather_rows([*ts, idxs], 'gather_in_order')
+        idxs, ts = torch.cat(ids), [torch.cat(r) for r in rows]
+    else: ts = [x.cpu() for x in ts]
+    out = [order_rows(x, idxs) for x in ts]
+    return out if isinstance(t, (list, tuple)) else out[0]
+
