@@ -20,7 +20,8 @@ The store's capacity is measured on this machine: a `TCPStore` server (the legac
 and 4 client processes calling `check` as fast as they can (and, second, a watchdog's tick: the `set` of a 300-byte
 value followed by a `multi_get` of 4 keys); the W at which a phase's total calls per second reach it is the W at
 saturation. Last, the comparison with the figures of the protocol before issue 30 (`liveness_before.json`: this
-benchmark's first version, run on the code of commit faab3c1), the table of the README's Performance section.
+benchmark's first version, run on the code of commit faab3c1), the table of the Performance page
+(nbs/52_performance.ipynb).
 """
 from __future__ import annotations
 import argparse, datetime, json, math, multiprocessing as mp, os, sys, tempfile, time as _time, types
@@ -647,8 +648,9 @@ BEFORE = Path(__file__).with_name('liveness_before.json')  # this benchmark's fi
 BEFORE_CAPACITY = 57_000  # calls/s: the legacy server's `check`, 4 clients, measured with the before-figures
 
 def compare(before:dict, after:dict, worlds, cap:float|None)->str:
-    """The Markdown table of the README: per phase and W, the calls per second of the busiest rank and of all ranks
-    together, before (`before`: the JSON of `BEFORE`) and after (`after`), and the W at which the store saturates"""
+    """The Markdown table of the Performance page: per phase and W, the calls per second of the busiest rank and of
+    all ranks together, before (`before`: the JSON of `BEFORE`) and after (`after`), and the W at which the store
+    saturates"""
     head = ('| phase | | ' + ' | '.join(f'W = {w:,}' for w in worlds) + ' | store saturated at |')
     lines = [head, '|' + '---|' * (len(worlds) + 3)]
     for ph, by_w in after.items():

@@ -358,7 +358,7 @@ def test_fsdp_copy_holds_no_memory(one_rank_group, monkeypatch):
     for k, v in plain.model.state_dict().items(): torch.testing.assert_close(learn.model.state_dict()[k], v)
     assert learn.model.b.weight is learn.model.a.weight and learn.model.scale.item() == 3.
 
-# issue 39's item 3: the README's GPU benchmark line on a machine with one GPU does not fail (exit code 2)
+# issue 39's item 3: the Performance page's GPU benchmark line on a machine with one GPU does not fail (exit code 2)
 def test_strategies_bench_on_one_gpu():
     import importlib.util
     from conftest import ROOT

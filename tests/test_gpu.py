@@ -3,7 +3,8 @@ two-GPU cases skipped on one GPU). Every check runs in few launched jobs of test
 'CHECK <name> OK'. With `DISTRIB_TEST_DEVICE=cpu`, the same jobs run on CPU over gloo every check that does not need
 CUDA itself (CI does: the suite's orders, references and tolerances are proven before a GPU runs them); the checks
 that need CUDA are skipped there, with the reason. Needs only torch (with CUDA for the GPU run), pytest and this
-package (no nbdev): README's "GPU tests" says how to run them on a machine without a package registry."""
+package (no nbdev): the Development page (nbs/90_development.ipynb, "The GPU check") says how to run them on a
+machine without a package registry."""
 import os, re, subprocess, sys
 import pytest, torch
 from conftest import launch, checked, SCRIPTS

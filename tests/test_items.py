@@ -59,7 +59,7 @@ def test_checkpoint_resume(out):
     assert checked(out, 'checkpoint_resume_exact') and checked(out, 'checkpoint_resume'), out
 
 def test_figures(outw):
-    "The figures of the README's table"
+    "The figures of the Exactness page's table (nbs/35_exactness.ipynb)"
     m = re.search(r'^ITEMS (\{.*\})', outw, re.M)
     assert m, outw
     print(json.loads(m.group(1)))

@@ -4,9 +4,11 @@ dumps has the page's `<h1>`); every internal link resolves (the file exists, and
 the rendered target); every public name each module defines (its `__all__`, less what it re-exports, as
 `distrib/__init__.py` does, and the methods it adds with `@patch`) has its API entry on its notebook's page
 (mkdocstrings' heading, whose id is the name's path); the figures of the pages of `FIGURES`' modules render
-(chromium loads each image: its natural width and height are not 0); a screenshot of the index is written to
-`_proc/docs_check/index.png` (and must not be blank). Prints one line per problem and exits 1 when
-there is any. Usage: python tools/check_docs.py [site dir]"""
+(chromium loads each image: its natural width and height are not 0); every notebook of `nbs/` has its page, and
+the home page's navigation links it (the guides too, which export no module); every link of README.md goes to a
+notebook (`nbs/NN_x.ipynb`, as GitHub shows it) whose page is built, with the anchor it names, and the home page (made
+from README.md) links that page there; a screenshot of the index is written to `_proc/docs_check/index.png` (and must
+not be blank). Prints one line per problem and exits 1 when there is any. Usage: python tools/check_docs.py [site dir]"""
 import ast, json, re, shutil, subprocess, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
@@ -117,6 +119,31 @@ def module_pages()->dict:
                 break
     return out
 
+def readme_links(text:str)->list:
+    """The targets of the Markdown links of `text` (README.md), outside code blocks and code spans, but web addresses
+    (`http`, `https`, `mailto`)"""
+    text = re.sub(r'^```.*?^```', '', text, flags=re.S | re.M)
+    text = re.sub(r'`[^`\n]*`', '', text)
+    return [t for t in re.findall(r'\]\(([^)\s]+)\)', text) if urlsplit(t).scheme not in ('http', 'https', 'mailto')]
+
+def readme_problems(site:Path, home:Page)->list:
+    """Each link of README.md must go to a notebook (`nbs/NN_x.ipynb[#anchor]`: on GitHub the notebook, on the site its
+    page, as tools/docs.py rewrites it) whose page `site` has, with that anchor among its ids; the home page `home`
+    (README.md, through nbs/index.ipynb) must link that page and anchor"""
+    out = []
+    for t in readme_links((ROOT/'README.md').read_text()):
+        u = urlsplit(t)
+        m = re.fullmatch(r'nbs/([\w.-]+)\.ipynb', u.path)
+        if not m:
+            out.append(f"README.md: link {t!r} is not a notebook's (nbs/NN_x.ipynb): the site has no page for it"); continue
+        page = site/f'{m.group(1)}.html'
+        href = page.name + (f'#{u.fragment}' if u.fragment else '')
+        if not page.exists(): out.append(f"README.md: link {t!r}: no page {page.name}"); continue
+        if u.fragment and unquote(u.fragment) not in Page(page.read_text()).ids:
+            out.append(f"README.md: link {t!r}: no id {u.fragment!r} on {page.name}")
+        if href not in home.hrefs: out.append(f"README.md: link {t!r}: the home page does not link {href}")
+    return out
+
 def main():
     pages = sorted(p for p in SITE.rglob('*.html') if p.name != '404.html')
     if not (SITE/'index.html').exists(): sys.exit(f"check_docs: {SITE}/index.html is missing (python tools/docs.py)")
@@ -139,6 +166,13 @@ def main():
         if p not in parsed: problems.append(f"{page}: missing"); continue
         missing = [n for n in public_names(mod) if f"{mod}.{n}" not in parsed[p].ids]
         if missing: problems.append(f"{page}: no API entry for {', '.join(missing)}")
+    home = parsed[SITE/'index.html']
+    for nb in sorted((ROOT/'nbs').glob('*.ipynb')):    # every notebook has its page, in the navigation
+        if nb.stem == 'index': continue
+        if not (SITE/f'{nb.stem}.html').exists(): problems.append(f"{nb.name}: no page {nb.stem}.html"); continue
+        if f'{nb.stem}.html' not in home.hrefs: problems.append(f"{nb.stem}.html: not in the navigation")
+    n_readme = len(readme_links((ROOT/'README.md').read_text()))
+    problems += readme_problems(SITE, home)
     fig_pages = [SITE/page for page, mod in module_pages().items() if mod in FIGURES]
     figs = figures(fig_pages)
     for p in fig_pages:
@@ -161,7 +195,8 @@ def main():
     n_links = sum(len(p.hrefs) for p in parsed.values())
     for line in problems: print(f"check_docs: {line}")
     n_figs = sum(len(v) for v in figs.values())
-    print(f"check_docs: {len(pages)} pages, {n_links} links, {len(module_pages())} module pages, {n_figs} figures; "
+    print(f"check_docs: {len(pages)} pages, {n_links} links, {len(module_pages())} module pages, {n_readme} README links, "
+          f"{n_figs} figures; "
           f"{'OK' if not problems else f'{len(problems)} problems'}; screenshot {shot}")
     sys.exit(1 if problems else 0)
 

@@ -132,10 +132,11 @@ def _procs(nb_path:Path)->list:
                 if c.cell_type == 'markdown': c.source = _demote(c.source)
 
     class page_links(Processor):
-        "A link to a notebook (`[the launcher](39_launch.cli.ipynb)`, which works on GitHub) goes to its page"
+        """A link to a notebook (`[the launcher](39_launch.cli.ipynb)`, which works on GitHub) goes to its page; so does
+        the README's (`nbs/39_launch.cli.ipynb`, from the repository's root), on the home page made from it"""
         def cell(self, cell):
             if cell.cell_type == 'markdown':
-                cell.source = re.sub(r'\]\(([\w.-]+)\.ipynb(#[^)]*)?\)', r'](\1.md\2)', cell.source)
+                cell.source = re.sub(r'\]\((?:nbs/)?([\w.-]+)\.ipynb(#[^)]*)?\)', r'](\1.md\2)', cell.source)
 
     return [split_title, FrontmatterProc, populate_language, api_entries, hide_line, rm_header_dash, run_cells,
             strip_ansi, rm_export, clean_magics, hide_, strip_hidden_metadata, title, layout, page_links]

@@ -5,7 +5,8 @@
 #
 # Needs python with torch built with CUDA, and pytest; fastcore and tqdm come from wheels carried in .whl/ (on a
 # machine with a package registry: `pip download --no-deps fastcore==1.14.5 tqdm -d .whl`), installed with
-# --no-index --no-deps, as README's "On GPUs" says: nothing is downloaded. Then:
+# --no-index --no-deps, as the Development page (nbs/90_development.ipynb, "On GPUs") says: nothing is downloaded.
+# Then:
 #   1. env:      the machine (nvidia-smi, torch and CUDA versions, GPUs, the C compilers compile=True needs);
 #   2. install:  the carried wheels and this package (--no-deps; the repository is on PYTHONPATH as well);
 #   3. suite:    python -m pytest -m gpu tests (two-GPU checks skipped, with the reason, on one GPU);
