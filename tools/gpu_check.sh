@@ -5,7 +5,9 @@
 #
 # Needs python3 (or python; PYTHON=... to choose) with torch built with CUDA, and pytest; fastcore (and tqdm, where
 # the machine lacks it) come from wheels carried in .whl/ (on a machine with a package registry:
-# `pip download --no-deps fastcore==1.14.5 tqdm -d .whl`): nothing is downloaded. Then:
+# `pip download --no-deps fastcore==1.14.5 tqdm -d .whl`; and numpy's, where torch came without it: torch's object
+# collectives need it, `pip download --no-deps --only-binary=:all: --python-version 3.12 numpy -d .whl`): nothing is
+# downloaded. Then:
 #   1. env:      the machine (nvidia-smi, python, torch and CUDA versions, GPUs), and what compile=True's checks
 #                need (a C compiler, Python.h, triton on CUDA): a missing one is named in the summary before they run;
 #   2. install:  the carried wheels into a fresh folder, LOGDIR/site (pip --target --no-index --no-deps; unzipped
@@ -54,6 +56,9 @@ print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch
 for i in range(torch.cuda.device_count()): print(f'cuda:{i}', torch.cuda.get_device_name(i))
 if torch.cuda.is_available(): print('nccl', torch.cuda.nccl.version())
 import pytest; print('pytest', pytest.__version__)
+# torch's object collectives (all_gather_object, broadcast_object_list, which distrib uses) read bytes by numpy
+if importlib.util.find_spec('numpy') is None and not any('numpy' in w for w in (os.listdir('.whl') if os.path.isdir('.whl') else []) if w.endswith('.whl')):
+    print('MISSING numpy: torch.distributed\'s object collectives need it; carry its wheel in .whl/')
 # compile=True's checks (tests share_compile, test_compile): Inductor builds C code (a C/C++ compiler and Python.h),
 # and on CUDA its kernels are Triton's
 cc = os.environ.get('CC') or next((shutil.which(c) for c in ('cc', 'gcc', 'clang') if shutil.which(c)), None)
@@ -87,9 +92,9 @@ missing=$(cat "$LOG/compile_missing.txt" 2> /dev/null)
                           "they will fail (install it: apt-get install gcc python3-dev)"
 NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
 step install 60 bash -c install
-"$PY" -c 'import distrib, fastcore, tqdm; print("distrib from", distrib.__file__, "| fastcore", fastcore.__version__,
+"$PY" -c 'import distrib, fastcore, tqdm, numpy; print("distrib from", distrib.__file__, "| fastcore", fastcore.__version__,
 "from", fastcore.__file__, "| tqdm", tqdm.__version__)' >> "$LOG/install.log" 2>&1 || {
-    note "distrib, fastcore or tqdm does not import (see $LOG/install.log): carry fastcore's and tqdm's wheels in .whl/"
+    note "distrib, fastcore, tqdm or numpy does not import (see $LOG/install.log): carry their wheels in .whl/"
     exit 1; }
 tail -n 1 "$LOG/install.log" | sed 's/^/   /' | tee -a "$LOG/summary.txt"
 
