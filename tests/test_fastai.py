@@ -72,6 +72,15 @@ def test_items_alike_over_ranks(name, tmp_path_factory):
     assert ours['rank_spread'] == 0 and d <= 1e-5, d
     assert (ours['count_all_reduces'] == 0) == (name == 'ignore'), ours['count_all_reduces']
 
+@pytest.mark.parametrize('name', ['add_loss', 'add_loss_acc'])
+def test_loss_additions_weighed_as_one_process(name, tmp_path_factory):
+    """Callbacks that add to `loss_grad` after the loss function (as fastai's RNNRegularizer does), one of an order
+    above ItemMean's (20) and one below (1): 2 ranks x B train and report as one process with 2B, the count travelling
+    with the gradients (`add_loss`) or in an all-reduce of its own (`add_loss_acc`, under GradientAccumulation): the
+    additions are weighed as one process weighs them"""
+    d = compare(name, ran(2, ('add_loss', 'add_loss_acc'), tmp_path_factory)[name], 2)
+    assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
+
 @pytest.mark.parametrize('nproc', [2, 3])
 def test_fastai_pipelines(nproc, tmp_path_factory):
     """fastai's DataLoaders stay fastai's under distrib_ctx: an item and a batch transform run on each rank's shard,

@@ -107,6 +107,17 @@ def learner(bs:int, opt:str='adam', ignore:bool=False, image:bool=False, tfms:bo
     learn.remove_cb(learn.progress)
     return learn
 
+class AddToLoss(Callback):
+    """Add `k` times a mean over the batch of the predictions to `loss_grad` after the loss function (as fastai's
+    `RNNRegularizer` does): `order` 20, after distrib.fastai's `ItemMean` (9.5), the square of the predictions;
+    any other order, the squared differences of neighbouring outputs"""
+    run_valid = False
+    def __init__(self, order:float, k:float): self.order, self.k = order, k
+    def after_loss(self):
+        p = self.learn.pred.float()
+        add = p.pow(2).mean() if self.order > 9.5 else (p[:, 1:] - p[:, :-1]).pow(2).mean()
+        self.learn.loss_grad = self.learn.loss_grad + self.k*add
+
 class CancelOn(Callback):
     "Raise CancelFitException at training batch 2 of epoch 0, on rank `rank` (None: every rank)"
     def __init__(self, rank): self.rank = rank
@@ -227,6 +238,10 @@ def run_case(name:str, bs:int)->dict:
         elif name == 'trackers':   # fastai's trackers decide on the synced values: on every rank as one process does
             learn.fine_tune(6, 1e-2, freeze_epochs=1, cbs=[ReduceLROnPlateau(min_delta=0.05, patience=0, factor=2.),
                                                           EarlyStoppingCallback('accuracy', min_delta=.03, patience=1)])
+        elif name in ('add_loss', 'add_loss_acc'):   # callbacks adding to loss_grad after the loss function
+            cbs = [AddToLoss(20, 0.5), AddToLoss(1, 0.3)]
+            if name == 'add_loss_acc': cbs.append(GradientAccumulation(n_acc=2*bs*_world()))
+            learn.fit_one_cycle(2, 1e-2, cbs=cbs)
         elif name == 'ignore_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=2*bs*_world()))
         elif mix:
             rec = RecordX()
