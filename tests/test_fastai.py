@@ -107,6 +107,17 @@ def test_text_batches_sorted(tmp_path_factory):
     assert glob[:n] != glob[n:], "the two epochs read their batches in the same order: a void check of the shuffle"
     print(f"\nglobal batches' lengths: {glob}")
 
+def test_language_model_as_one_process(tmp_path_factory):
+    """fastai's language_model_learner (a tiny AWD_LSTM, LMDataLoader, RNNRegularizer on, no dropout, no shuffle)
+    on 2 ranks x B/2 as one process with B: each rank reads its streams r, r+W, ... of one process's B-stream layout,
+    continuous, the hidden state carried as one process carries it. Measured: weights 3.0e-8, recorder values 3.8e-6
+    (its perplexity, exp of the loss)"""
+    ours = ran(2, ('text_lm',), tmp_path_factory)['text_lm']
+    ref = job.run_case('text_lm', 2*job.B)
+    d = {k: diff(ours[k], ref[k]) for k in ('weights', 'values', 'validate')}
+    print(f"\n2 processes, text_lm: " + ', '.join(f"{k} {v:.1e}" for k, v in d.items()))
+    assert ours['rank_spread'] == 0 and d['weights'] <= 1e-6 and d['values'] <= 1e-5 and d['validate'] <= 1e-5, d
+
 @pytest.mark.parametrize('nproc', [2, 3])
 def test_fastai_pipelines(nproc, tmp_path_factory):
     """fastai's DataLoaders stay fastai's under distrib_ctx: an item and a batch transform run on each rank's shard,
