@@ -4,12 +4,15 @@
 
 # %% ../../nbs/44a_fastai.data.ipynb #827694be
 from __future__ import annotations
-import math
+import math, random
+from contextlib import contextmanager
 from operator import attrgetter
+import numpy as np
 import torch
+from fastcore.basics import chunked
 try:
     from fastai.data.core import TfmdDL
-    from fastai.data.load import _FakeLoader   # fastai's own DistributedDL builds its loader on it too
+    from fastai.data.load import DataLoader, _FakeLoader   # fastai's DistributedDL builds its loader on it too
     from fastai.torch_core import to_detach
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
@@ -20,6 +23,21 @@ from ..data import shard_idxs
 __all__ = ['ShardedDL', 'DistributedDL']
 
 # %% ../../nbs/44a_fastai.data.ipynb #ca012a1a
+def _own_order(dl)->bool:
+    """Whether fastai `DataLoader` `dl` orders its items itself: its class has a `get_idxs` or a `shuffle_fn` of its
+    own (fastai's `SortedDL`, `LMDataLoader`, `WeightedDL`), whose order may depend on its batch size"""
+    t = type(dl)
+    return t.get_idxs is not DataLoader.get_idxs or t.shuffle_fn is not DataLoader.shuffle_fn
+
+@contextmanager
+def _seeded(seed:int):
+    """Context manager: Python's and numpy's global random generators seeded `seed` (an int >= 0) inside, put back as
+    they were on exit (what a fastai loader's own shuffle draws from: `SortedDL` numpy's, `LMDataLoader` Python's)"""
+    st, nst = random.getstate(), np.random.get_state()
+    random.seed(seed); np.random.seed(seed % 2**32)
+    try: yield
+    finally: random.setstate(st); np.random.set_state(nst)
+
 class ShardedDL(TfmdDL):
     """This rank's shard of fastai `DataLoader` `dl`, by `distrib.data.shard_idxs`'s rule (positions
     `rank::world_size` of the epoch's order, padded by wrapping around), with `dl`'s transforms.
@@ -30,13 +48,22 @@ class ShardedDL(TfmdDL):
         pad (bool): pad the epoch to a multiple of `world_size` (every rank the same number of batches, for
             training); False: ranks read up to one item fewer, no duplicate (evaluation). Default True.
         seed (int): the shuffle's base seed, the same on every rank. Default 0.
-        shuffle (bool, optional): permute each epoch (`torch.randperm` seeded `seed + epoch`). Default: `dl.shuffle`.
+        shuffle (bool, optional): shuffle each epoch. Default: `dl.shuffle`.
+
+    The epoch's order: a loader that orders its items itself (a `get_idxs` or `shuffle_fn` of its own: fastai's
+    `SortedDL`, whose batches are sorted by length, and `LMDataLoader`, whose item i is a piece of one of `bs`
+    continuous streams) is a copy of `dl` with the global batch size `world_size * dl.bs` (`global_dl`), its items read
+    from that copy: its own order and its own shuffle (with Python's and numpy's random generators seeded `seed + epoch`
+    on every rank), as one process with the global batch orders them; so rank r's batch k is its positions of that
+    process's batch k (a `SortedDL`'s rows sorted as that batch's, an `LMDataLoader`'s streams r, r+W, ... continued
+    from batch k-1). Any other loader: `dl`'s order unshuffled, permuted by `shard_idxs`'s rule (`index_shuffle`, seeded
+    `seed + epoch`) when it shuffles.
 
     `get_idxs()` is the epoch's order (every rank's; fastai's `get_preds` reorders by it), `read_positions()` this
     rank's positions in it; `set_epoch(epoch)` as `DistributedSampler`'s; `start_batch = k` starts the next pass at
-    batch k (`first_batch` is then k during that pass). `to_detach` never gathers (distrib combines the ranks'
-    metrics and predictions once per pass). Raises
-    `ValueError` for a rank outside [0, world_size), a loader without a batch size or an unindexed dataset."""
+    batch k (`first_batch` is then k during that pass). `to_detach` never gathers (distrib combines the ranks' metrics
+    and predictions once per pass). Raises `ValueError` for a rank outside [0, world_size), a loader without a batch
+    size or an unindexed dataset."""
     def __init__(self, dl, rank:int|None=None, world_size:int|None=None, pad:bool=True, seed:int=0,
                  shuffle:bool|None=None):
         if rank is None or world_size is None:
@@ -53,6 +80,7 @@ class ShardedDL(TfmdDL):
         self.bs, self.drop_last, self.dataset, fake, self.num_workers, self.offs, self.pin_memory = attrgetter(
             'bs', 'drop_last', 'dataset', 'fake_l', 'num_workers', 'offs', 'pin_memory')(self.dl)
         self.device = self.dl.device
+        self.global_dl = self.dl.new(bs=world_size*self.bs, shuffle=False) if _own_order(self.dl) else None
         self.fake_l = _FakeLoader(self, fake.pin_memory, fake.num_workers, fake.timeout,
                                   persistent_workers=fake.persistent_workers, pin_memory_device=fake.pin_memory_device)
         self._order, self._skip = None, 0
@@ -62,7 +90,7 @@ class ShardedDL(TfmdDL):
     @property
     def n_items(self)->int:
         "Items of the epoch, every rank's, before padding"
-        return self.dl.n
+        return (self.dl if self.global_dl is None else self.global_dl).n
     def n_of(self, rank:int)->int:
         "Items rank `rank` reads per epoch"
         N, W = self.n_items, self.world_size
@@ -79,9 +107,15 @@ class ShardedDL(TfmdDL):
         self.epoch = epoch
     def get_idxs(self)->list:
         "The epoch's order of the dataset's indices, every rank's (unpadded); this rank reads `read_positions()` of it"
-        base = list(self.dl.get_idxs())
-        perm = shard_idxs(len(base), 0, 1, self.shuffle, self.seed, self.epoch, pad=False).tolist()
-        self._order = [base[i] for i in perm]
+        if self.global_dl is not None:   # a fresh copy: its order a function of (seed, epoch) alone
+            self.global_dl = self.dl.new(bs=self.world_size*self.bs, shuffle=self.shuffle)
+            with _seeded(self.seed + self.epoch):
+                self.global_dl.rng = random.Random(self.seed + self.epoch)
+                self._order = list(self.global_dl.get_idxs())
+        else:
+            base = list(self.dl.get_idxs())
+            perm = shard_idxs(len(base), 0, 1, self.shuffle, self.seed, self.epoch, pad=False).tolist()
+            self._order = [base[i] for i in perm]
         self._skip, self.first_batch, self.start_batch = self.start_batch*self.bs, self.start_batch, 0
         return self._order
     def read_positions(self, rank:int|None=None)->torch.Tensor:
@@ -97,17 +131,23 @@ class ShardedDL(TfmdDL):
     def randomize(self): self.dl.randomize()
     def after_batch(self, b): return self.dl.after_batch(b)
     def after_iter(self): self.dl.after_iter()
-    def create_batches(self, samps): return self.dl.create_batches(samps)
+    def create_batches(self, samps):
+        "This rank's batches of samples `samps`: the items of `global_dl` when there is one, `dl`'s batches of them"
+        src = self.global_dl
+        if src is None: return self.dl.create_batches(samps)
+        if src.dataset is not None: src.it = iter(src.dataset)
+        items = (o for o in map(src.do_item, samps) if o is not None)
+        return map(self.dl.do_batch, chunked(items, self.bs, self.drop_last))
     def to_detach(self, b, cpu=True, gather=True): return to_detach(b, cpu, gather=False)
     def decode(self, b): return self.dl.decode(b)
     def decode_batch(self, b, max_n=9, full=True): return self.dl.decode_batch(b, max_n, full)
     def show_batch(self, b=None, max_n=9, ctxs=None, show=True, unique=False, **kwargs):
         return self.dl.show_batch(self.one_batch() if b is None else b, max_n, ctxs, show, unique, **kwargs)
     def new(self, dataset=None, cls=None, **kwargs):
-        "A `ShardedDL`, unpadded, over `dl.new(dataset, cls, **kwargs)` (fastai's `get_preds`, `test_dl`)"
+        "A `ShardedDL`, unpadded, over `dl.new(dataset=dataset, cls=cls, **kwargs)` (fastai's `get_preds`, `test_dl`)"
         shuffle = kwargs.pop('shuffle', self.shuffle)
-        return ShardedDL(self.dl.new(dataset, cls, shuffle=False, **kwargs), self.rank, self.world_size, pad=False,
-                         seed=self.seed, shuffle=shuffle)
+        return ShardedDL(self.dl.new(dataset=dataset, cls=cls, shuffle=False, **kwargs), self.rank, self.world_size,
+                         pad=False, seed=self.seed, shuffle=shuffle)
 
 # %% ../../nbs/44a_fastai.data.ipynb #9fed92ca
 def DistributedDL(dl, rank:int|None=None, world_size:int|None=None, device=None):
