@@ -501,10 +501,11 @@ def items_fingerprint(dataset)->int|None:
     `Datasets`, `TfmdLists`, `TabularPandas`), its index when it is a DataFrame (fastai's tabular `items`: the row
     labels of the split), else the dataset itself when it is a list, tuple or range. Items that are paths, strings,
     numbers or tuples of them are read (their `str`); when they are something else (tensors, arrays) or the dataset
-    has no such attribute, the subsets' indices alone, or None without a subset: the ranks then compare its length. Reads every index once: O(len(dataset))
-    time, O(1) memory beyond the dataset's own; ranks holding the same items in the same order get the same value"""
+    has no such attribute, the subsets' indices alone, or None without a subset: the ranks then compare its length.
+    Reads every index once: O(len(dataset)) time, O(1) memory beyond the dataset's own; ranks holding the same items
+    in the same order get the same value"""
     crc, d, subset = 0, dataset, False
-    while isinstance(getattr(d, 'indices', None), (list, tuple, range, torch.Tensor)) and hasattr(d, 'dataset'):
+    while hasattr(d, 'dataset') and isinstance(getattr(d, 'indices', None), (list, tuple, range, torch.Tensor)):
         crc = _keys_crc(d.indices, crc)
         if crc is None: return None
         d, subset = d.dataset, True
