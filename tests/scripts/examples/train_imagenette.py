@@ -2,6 +2,7 @@
 (`gpu = setup_distrib(gpu)`, `torch.cuda.set_device(gpu)`, `learn.to_distributed(gpu)` when `num_distrib() > 1`),
 with imagenette replaced by generated images of its layout (`example_data.imagenette`), `xresnet18` made narrower
 (`--widen`), sizes for a CPU, and distrib.fastai's import; `report(learn)` added at the end.
+fastcore 2 has no `Param`: the arguments are fastcore 2's (`name:type=default, # help`).
 Run: `python -m distrib.launch --nproc_per_node 2 tests/scripts/examples/train_imagenette.py --epochs 2`"""
 from fastai.basics import *
 from fastai.vision.all import *
@@ -30,29 +31,29 @@ def get_dls(size, woof, bs, sh=0., workers=None):
 
 @call_parse
 def main(
-    gpu:   Param("GPU to run on", int)=None,
-    woof:  Param("Use imagewoof (otherwise imagenette)", int)=0,
-    lr:    Param("Learning rate", float)=1e-2,
-    size:  Param("Size (px: 128,192,256)", int)=32,
-    sqrmom:Param("sqr_mom", float)=0.99,
-    mom:   Param("Momentum", float)=0.9,
-    eps:   Param("epsilon", float)=1e-6,
-    epochs:Param("Number of epochs", int)=2,
-    bs:    Param("Batch size", int)=8,
-    mixup: Param("Mixup", float)=0.,
-    opt:   Param("Optimizer (adam,rms,sgd,ranger)", str)='ranger',
-    arch:  Param("Architecture", str)='xresnet18',
-    widen: Param("Width of the architecture's blocks, a multiple of xresnet's", float)=0.25,
-    sh:    Param("Random erase max proportion", float)=0.,
-    sa:    Param("Self-attention", int)=0,
-    sym:   Param("Symmetry for self-attention", int)=0,
-    beta:  Param("SAdam softplus beta", float)=0.,
-    act_fn:Param("Activation function", str)='Mish',
-    fp16:  Param("Use mixed precision training", int)=0,
-    pool:  Param("Pooling method", str)='AvgPool',
-    dump:  Param("Print model; don't train", int)=0,
-    runs:  Param("Number of times to repeat training", int)=1,
-    workers:Param("Number of workers", int)=0,
+    gpu:int=None, # GPU to run on
+    woof:int=0, # Use imagewoof (otherwise imagenette)
+    lr:float=1e-2, # Learning rate
+    size:int=32, # Size (px: 128,192,256)
+    sqrmom:float=0.99, # sqr_mom
+    mom:float=0.9, # Momentum
+    eps:float=1e-6, # epsilon
+    epochs:int=2, # Number of epochs
+    bs:int=8, # Batch size
+    mixup:float=0., # Mixup
+    opt:str='ranger', # Optimizer (adam,rms,sgd,ranger)
+    arch:str='xresnet18', # Architecture
+    widen:float=0.25, # Width of the architecture's blocks, a multiple of xresnet's
+    sh:float=0., # Random erase max proportion
+    sa:int=0, # Self-attention
+    sym:int=0, # Symmetry for self-attention
+    beta:float=0., # SAdam softplus beta
+    act_fn:str='Mish', # Activation function
+    fp16:int=0, # Use mixed precision training
+    pool:str='AvgPool', # Pooling method
+    dump:int=0, # Print model; don't train
+    runs:int=1, # Number of times to repeat training
+    workers:int=0, # Number of workers
 ):
     "Training of Imagenette."
 

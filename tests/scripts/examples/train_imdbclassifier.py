@@ -3,6 +3,7 @@
 reviews of its layout (`example_data.imdb`), an AWD_LSTM made smaller (`config`, no pretrained weights to
 download), the DataLoaders built under `rank0_first` too (they tokenize into a folder beside the data, which two
 processes would write at once), and distrib.fastai's import; `report(learn)` added at the end.
+fastcore 2 has no `Param`: the arguments are fastcore 2's (`name:type=default, # help`).
 Run: `python -m distrib.launch --nproc_per_node 2 tests/scripts/examples/train_imdbclassifier.py --epochs 1`"""
 from fastai.basics import *
 from fastai.callback.all import *
@@ -20,12 +21,12 @@ def pr(s):
 
 @call_parse
 def main(
-    lr:    Param("base Learning rate", float)=1e-2,
-    bs:    Param("Batch size", int)=8,
-    epochs:Param("Number of epochs", int)=1,
-    fp16:  Param("Use mixed precision training", store_true)=False,
-    dump:  Param("Print model; don't train", int)=0,
-    runs:  Param("Number of times to repeat training", int)=1,
+    lr:float=1e-2, # base Learning rate
+    bs:int=8, # Batch size
+    epochs:int=1, # Number of epochs
+    fp16:store_true=False, # Use mixed precision training
+    dump:int=0, # Print model; don't train
+    runs:int=1, # Number of times to repeat training
 ):
     "Training of IMDB classifier."
     path = rank0_first(imdb)

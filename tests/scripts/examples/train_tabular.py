@@ -3,6 +3,7 @@
 its columns (`example_data.adult_sample`, written under `rank0_first`), a batch size for it, and distrib.fastai's
 import; `report(learn)` added at the end. As shipped it draws its split without a seed, so every rank draws its own:
 under distrib that ends the job before training, naming the fix; `--seed` seeds it (fastai's `set_seed`).
+fastcore 2 has no `Param`: the arguments are fastcore 2's (`name:type=default, # help`).
 Run: `python -m distrib.launch --nproc_per_node 2 tests/scripts/examples/train_tabular.py --seed 42`"""
 from fastai.basics import *
 from fastai.tabular.all import *
@@ -26,13 +27,13 @@ def get_dls(path, bs):
 
 @call_parse
 def main(
-    gpu:   Param("GPU to run on", int)=None,
-    epochs:Param("Number of epochs", int)=2,
-    bs:    Param("Batch size", int)=8,
-    seed:  Param("Seed of the random split (fastai's set_seed); none: each process draws its own", int)=None,
-    fp16:  Param("Use mixed precision training", int)=0,
-    dump:  Param("Print model; don't train", int)=0,
-    runs:  Param("Number of times to repeat training", int)=1,
+    gpu:int=None, # GPU to run on
+    epochs:int=2, # Number of epochs
+    bs:int=8, # Batch size
+    seed:int=None, # Seed of the random split (fastai's set_seed); none: each process draws its own
+    fp16:int=0, # Use mixed precision training
+    dump:int=0, # Print model; don't train
+    runs:int=1, # Number of times to repeat training
 ):
     "Training of Tabular data 'ADULT_SAMPLE'."
 

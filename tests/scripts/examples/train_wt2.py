@@ -5,6 +5,7 @@ smaller model. fastai 2.8 has no `LM_Dataset`/`LM_Sampler`, which fastai's scrip
 `LMDataLoader`s over the same numericalized articles; `MixedPrecision(clip=0.1)` is `MixedPrecision()` and
 `GradientClip(0.1)` (fastai 2.8's); `Learner(dls, model, ...)` is fastai 2.8's order. fastai's script trains in
 one process: the fit runs under `learn.distrib_ctx()`, with distrib.fastai's import; `report(learn)` added.
+fastcore 2 has no `Param`: the arguments are fastcore 2's (`name:type=default, # help`).
 Run: `python -m distrib.launch --nproc_per_node 2 tests/scripts/examples/train_wt2.py --epochs 2`"""
 from fastai.basics import *
 from fastai.text.all import *
@@ -41,9 +42,10 @@ def get_data(bs, sl):
     return DataLoaders(train_dl, valid_dl),vocab
 
 @call_parse
-def main(bs:Param("Batch size", int)=8,
-         sl:Param("Sequence length", int)=12,
-         epochs:Param("Number of epochs", int)=2):
+def main(bs:int=8, # Batch size
+         sl:int=12, # Sequence length
+         epochs:int=2, # Number of epochs
+        ):
     dls,vocab = get_data(bs, sl)
     config = awd_lstm_lm_config.copy()
     config.update({'input_p': 0.6, 'output_p': 0.4, 'weight_p': 0.5, 'embed_p': 0.1, 'hidden_p': 0.2,
@@ -52,7 +54,8 @@ def main(bs:Param("Batch size", int)=8,
     opt_func = partial(Adam, wd=0.1, eps=1e-7)
     alpha,beta = (3,2)
     cbs = [MixedPrecision(), GradientClip(0.1), ModelResetter, RNNRegularizer(alpha, beta)]
-    learn = Learner(dls, model, loss_func=CrossEntropyLossFlat(), opt_func=opt_func, cbs=cbs, metrics=[accuracy, Perplexity()])
+    learn = Learner(dls, model, loss_func=CrossEntropyLossFlat(), opt_func=opt_func, cbs=cbs,
+                    metrics=[accuracy, Perplexity()])
     with learn.distrib_ctx():
         learn.fit_one_cycle(epochs, 5e-3, moms=(0.8,0.7,0.8), div=10)
         report(learn)
