@@ -99,21 +99,26 @@ def wikitext_tiny(n_train:int=12, n_valid:int=4)->Path:
 
 def _plain(model): return getattr(model, 'module', model)   # the model inside DDP, while distrib_ctx holds it
 
-def _preds(learn)->dict:
-    preds, targs = learn.get_preds()
-    return {'preds': preds.float().flatten().tolist(), 'targs': targs.flatten().tolist(),
-            'validate': [float(v) for v in learn.validate()]}
+def _preds(learn, preds:bool)->dict:
+    "`validate()`, and `get_preds()` if `preds`, of `learn` (predictions flattened)"
+    res = {'validate': [float(v) for v in learn.validate()], 'preds': [], 'targs': []}
+    if preds:
+        p, t = learn.get_preds()
+        res.update(preds=p.float().flatten().tolist(), targs=t.flatten().tolist())
+    return res
 
-def report(learn):
-    "Write what `learn` reported (on rank 0) to EXAMPLE_OUT; see the module's docstring"
+def report(learn, preds:bool=True):
+    """Write what `learn` reported (on rank 0) to EXAMPLE_OUT; see the module's docstring. `preds=False`: no
+    `get_preds()` (fastai's on a plain `Learner` over a language model fails in one process too: its activation gets
+    the model's list of outputs)"""
     out = os.environ.get('EXAMPLE_OUT')
     if not out: return
     res = dict(values=[[float(v) for v in vs] for vs in learn.recorder.values], train_iter=learn.train_iter,
-               world=num_distrib() or 1, **_preds(learn))
+               world=num_distrib() or 1, **_preds(learn, preds))
     recompute = os.environ.get('EXAMPLE_RECOMPUTE')
     if recompute and (num_distrib() or 1) == 1:
         _plain(learn.model).load_state_dict(torch.load(recompute))
-        res['recomputed'] = _preds(learn)
+        res['recomputed'] = _preds(learn, preds)
     if rank_distrib() == 0:
         Path(out).mkdir(parents=True, exist_ok=True)
         torch.save(_plain(learn.model).state_dict(), Path(out)/'model.pth')

@@ -3,7 +3,8 @@
 `fit_one_cycle`), with WikiText-2 replaced by generated articles of its layout (`example_data.wikitext_tiny`) and a
 smaller model. fastai 2.8 has no `LM_Dataset`/`LM_Sampler`, which fastai's script used: its loaders are
 `LMDataLoader`s over the same numericalized articles; `MixedPrecision(clip=0.1)` is `MixedPrecision()` and
-`GradientClip(0.1)` (fastai 2.8's); `Learner(dls, model, ...)` is fastai 2.8's order. fastai's script trains in
+`GradientClip(0.1)` (fastai 2.8's); `ModelResetter, RNNRegularizer(alpha, beta)` is `rnn_cbs(alpha, beta)`, which
+adds fastai 2.8's `RNNCallback` between them; `Learner(dls, model, ...)` is fastai 2.8's order. fastai's script trains in
 one process: the fit runs under `learn.distrib_ctx()`, with distrib.fastai's import; `report(learn)` added.
 fastcore 2 has no `Param`: the arguments are fastcore 2's (`name:type=default, # help`).
 Run: `python -m distrib.launch --nproc_per_node 2 tests/scripts/examples/train_wt2.py --epochs 2`"""
@@ -53,9 +54,9 @@ def main(bs:int=8, # Batch size
     model = get_language_model(AWD_LSTM, len(vocab), config=config)
     opt_func = partial(Adam, wd=0.1, eps=1e-7)
     alpha,beta = (3,2)
-    cbs = [MixedPrecision(), GradientClip(0.1), ModelResetter, RNNRegularizer(alpha, beta)]
+    cbs = [MixedPrecision(), GradientClip(0.1)] + rnn_cbs(alpha, beta)   # ModelResetter, RNNCallback, RNNRegularizer
     learn = Learner(dls, model, loss_func=CrossEntropyLossFlat(), opt_func=opt_func, cbs=cbs,
                     metrics=[accuracy, Perplexity()])
     with learn.distrib_ctx():
         learn.fit_one_cycle(epochs, 5e-3, moms=(0.8,0.7,0.8), div=10)
-        report(learn)
+        report(learn, preds=False)
