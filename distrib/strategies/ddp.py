@@ -116,17 +116,22 @@ def revert_sync_batchnorm(swapped:list):
     "Put back the BatchNorm modules `convert_sync_batchnorm` replaced; they hold the trained values (shared tensors)"
     for parent, name, child in reversed(swapped): setattr(parent, name, child)
 
+_BN_SAID = set()   # the devices the BatchNorm warning was given for: once per process (per job on rank 0), not per fit
+
 def _sync_bn(sync_bn:bool|None, model:nn.Module, device:torch.device)->bool:
     """Whether to convert `model`'s BatchNorm layers to SyncBatchNorm on `device`: `sync_bn` if given (True off CUDA:
     `ValueError`, torch's SyncBatchNorm runs on CUDA only); None: on CUDA, as fastai.distributed's default; elsewhere
-    not, with a `UserWarning` on rank 0 when `model` has BatchNorm layers (their statistics are then each rank's)"""
+    not, with a `UserWarning` on rank 0 when `model` has BatchNorm layers (their statistics are then each rank's),
+    once per process: `fine_tune`'s second fit, a second `distrib_ctx` or Learner, say it no more (whatever the
+    `warnings` filters, which other libraries reset)"""
     if sync_bn and device.type != 'cuda':
         raise ValueError(f"sync_bn=True needs CUDA (torch's SyncBatchNorm does not run on {device.type}): "
                          "pass sync_bn=False")
     if sync_bn is not None: return sync_bn
     if device.type == 'cuda': return True
     n = sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-    if n and current_world().rank == 0:
+    if n and current_world().rank == 0 and device.type not in _BN_SAID:
+        _BN_SAID.add(device.type)
         warnings.warn(f"{n} BatchNorm layer(s) normalise with each rank's own batch statistics on {device.type} "
                       "(torch's SyncBatchNorm needs CUDA): training is not one process's with the global batch; "
                       "sync_bn=False keeps them without this warning")
