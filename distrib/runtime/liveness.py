@@ -4,15 +4,14 @@
 
 # %% ../../nbs/05_runtime.liveness.ipynb #c6a5e511
 from __future__ import annotations
-import os, sys, json, time, runpy, signal, atexit, datetime, threading, traceback, contextlib, statistics
+import os, sys, json, time, runpy, signal, atexit, threading, traceback, contextlib, statistics
 from contextlib import contextmanager
 from collections import deque
-import torch.distributed as dist
-from .world import World, current_world
+from .world import World, current_world, env_number
 from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
 from .position import rank_state, reset_rank_state, position, describe, oldest_queued, waits_for_others
-from .schema import JobStore, JobFailure, Heartbeat
+from .schema import JobStore, JobFailure, Heartbeat, STORE_ERRORS, store_client
 
 # %% auto #0
 __all__ = ['DEFAULT_LIVENESS_TIMEOUT', 'liveness_timeout', 'remember_position']
@@ -28,13 +27,8 @@ DEFAULT_LIVENESS_TIMEOUT = 20.0  # seconds without a heartbeat before a rank cou
 def liveness_timeout()->float:
     """Seconds without a heartbeat after which a rank counts as dead: `DISTRIB_LIVENESS_TIMEOUT`, default
     `DEFAULT_LIVENESS_TIMEOUT`; 0 switches liveness checks off. Raises `ValueError` for a value that is not a
-    number >= 0."""
-    v = os.environ.get('DISTRIB_LIVENESS_TIMEOUT', '').strip()
-    if not v: return DEFAULT_LIVENESS_TIMEOUT
-    try: t = float(v)
-    except ValueError: t = -1.
-    if not t >= 0: raise ValueError(f"DISTRIB_LIVENESS_TIMEOUT={v!r}: it must be a number of seconds >= 0 (0: off)")
-    return t
+    finite number >= 0."""
+    return env_number('DISTRIB_LIVENESS_TIMEOUT', DEFAULT_LIVENESS_TIMEOUT)
 
 # %% ../../nbs/05_runtime.liveness.ipynb #26e0118d
 _LOCK = threading.Lock()
@@ -89,14 +83,14 @@ def _report_failure(e:BaseException,         # the exception this rank fails wit
     store = st.main if store is None else store
     seq, where, js = None, _where_now(), None if store is None else JobStore(store)
     try: seq = js.add(JobStore.FAILURES, 1) if js is not None else None
-    except Exception: pass  # the store is gone: the record is still written, without its place in the job's order
+    except STORE_ERRORS: pass  # the store is gone: the record is still written, without its place in the job's order
     rec = ErrorRecord.from_exception(e, tb_text=tb_text, position=where, seq=seq)
     path = path or st.record_path or os.environ.get('TORCHELASTIC_ERROR_FILE')
     if path: rec.write(path)
     if seq is not None:
         blame = rec.blame if rec.kind in ('peer', 'stall') else None  # a cause blames itself
         try: js.write_failure(seq, JobFailure(rec.kind, rec.rank, rec.summary, where, blame or None))
-        except Exception: pass  # the store is gone: the peers see this rank exit instead, and the record file stays
+        except STORE_ERRORS: pass  # the store is gone: the peers see this rank exit instead, and the record file stays
     return rec
 
 def _settle(rec:ErrorRecord|None):
@@ -161,15 +155,18 @@ def _note_step(p:dict, now:float):
 
 class _Watchdog(threading.Thread):
     """This rank's heartbeat and watchdog: a daemon thread with its own client of the job's store, two calls per
-    tick (the heartbeat's `set`, then one read or one write; see the section above), then the checks of
-    `RankState.checks`, each `check(watchdog, now)`. What a check may use of it (its interface; the rest is its own):
-    `world` (this rank's `World`), `me` (`identity()`), `store` and `js` (its client, and the `JobStore` over it),
-    `pos`, `pos_key`, `pos_since` (this rank's position as the last heartbeat published it, a key of it, and since
-    when), `values` and `fresh` (what this tick's read returned, and whether there was one), `want(*keys)` and
-    `later(write)` (a read or a write at a coming tick), `ending` (True once it ends this rank), `end(err, ...)`
-    (the one way a rank ends), `publish_verdict(info)` (rank 0's verdict on a deadlock, for every rank),
-    `median_step()` (the median seconds per training step, timed from this rank's positions at each tick) and
-    `main_stack(limit)` (the main thread's Python stack now)."""
+    tick (`INTERVAL`) at any number of ranks: the heartbeat's `set`, then one `multi_get` of the job's counters, the
+    heartbeat of the rank it watches (the next on the ring not gone cleanly) and the keys the checks `want`, or, in
+    the read's place, one write (a check's `later`, or this rank starting or stopping to wait:
+    `JobStore.count_waiting`); then the checks of `JobLink.checks`, each `check(watchdog, now)`. It ends its rank
+    (`end`) when a peer failed it, the job failed, or the store stayed unreachable for `timeout` seconds. What a
+    check may use of it (its interface; the rest is its own): `world` (this rank's `World`), `me` (`identity()`),
+    `store` and `js` (its client, and the `JobStore` over it), `pos`, `pos_key`, `pos_since` (this rank's position as
+    the last heartbeat published it, a key of it, and since when), `values` and `fresh` (what this tick's read
+    returned, and whether there was one), `want(*keys)` and `later(write)` (a read or a write at a coming tick),
+    `ending` (True once it ends this rank), `end(err, ...)` (the one way a rank ends), `publish_verdict(info)` (rank
+    0's verdict on a deadlock, for every rank), `median_step()` (the median seconds per training step, timed from
+    this rank's positions at each tick) and `main_stack(limit)` (the main thread's Python stack now)."""
     def __init__(self, store, world:World, timeout:float):
         super().__init__(name='distrib-liveness', daemon=True)
         self.store, self.world, self.timeout, self.js = store, world, timeout, JobStore(store)
@@ -227,7 +224,7 @@ class _Watchdog(threading.Thread):
             try:
                 self.tick()
                 self.unreachable = None
-            except Exception as e:  # the store unreachable: counted below, the job ended after `timeout` of it
+            except STORE_ERRORS as e:  # the store unreachable: counted below, the job ended after `timeout` of it
                 if self.halt.is_set() or self.ending: break
                 now = time.monotonic()
                 self.unreachable = self.unreachable or now
@@ -253,7 +250,7 @@ class _Watchdog(threading.Thread):
             self.js.publish_heartbeat(r, hb, self.main_stack() if blocked and not self.counted else None)
         if self.ending: return
         if blocked != self.counted:  # the second call: this rank counts itself in `waiting`, or no more
-            st.waiting = self.js.add(JobStore.WAITING, 1 if blocked else JobStore.WAITING_GEN - 1)
+            st.waiting = self.js.count_waiting(blocked)
             self.counted = blocked
         elif self.todo: self.todo.popleft()(self.js)
         else: self.read(now)
@@ -313,7 +310,7 @@ class _Watchdog(threading.Thread):
         key = st.wait_key  # read after `failure` is set; the main thread sets `wait_key` before reading `failure`
         if key is not None:
             try: self.store.set(key, 'failed')
-            except Exception: pass  # the store is gone: the main thread's wait fails by itself
+            except STORE_ERRORS: pass  # the store is gone: the main thread's wait fails by itself
 
     def job_failed(self, info:JobFailure):
         """The job failed (summary `info` of its first failure, or a verdict): end this rank, unless the failure is
@@ -408,11 +405,6 @@ def _local_at_record(world:World)->_AtRecord|None:
 
 
 # %% ../../nbs/05_runtime.liveness.ipynb #fd569f71
-def _connect(host:str, port:int, prefix:str)->dist.Store:
-    "A new client of the TCP store at `host:port`, its keys under `prefix`"
-    s = dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
-    return dist.PrefixStore(prefix, s)
-
 def start_liveness(world:World|None=None,     # this process's place; default `current_world()`
                    record_path:str|None=None, # where the watchdog writes this rank's ErrorRecord; default torchrun's
                   )->bool:                    # True when the heartbeat and watchdog run
@@ -428,16 +420,16 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
     prefix = JobStore.prefix(world.restart_count)
     st.addr = f"{world.master_addr}:{world.master_port}"
     try:
-        main, own = (_connect(world.master_addr, world.master_port, prefix) for _ in range(2))
+        main, own = (store_client(world.master_addr, world.master_port, prefix=prefix) for _ in range(2))
         JobStore(main).create_counters()  # they exist from now on: every tick's `multi_get` reads them
-    except Exception as e:  # liveness is an aid: without the store the job runs, with this warning
+    except STORE_ERRORS as e:  # liveness is an aid: without the store the job runs, with this warning
         print(f"distrib: rank {world.rank}: cannot reach the job's store at {st.addr} ({type(e).__name__}: {e}); "
               "running without liveness checks", file=sys.stderr)
         return False
     st.world, st.main, st.record_path = world, main, record_path
     st.dog = _Watchdog(own, world, timeout)
     try: st.dog.publish(main)  # the first heartbeat, before this returns: an exit right after finds it in the store
-    except Exception: pass  # the thread's ticks meet the store's trouble, and end this rank if it lasts
+    except STORE_ERRORS: pass  # the thread's ticks meet the store's trouble, and end this rank if it lasts
     st.announce = _local_at_record(world)
     atexit.register(_stop_liveness)
     st.dog.start()
@@ -456,7 +448,7 @@ def set_group_state(state:str):
     dog = st.dog
     if dog is None or not dog.is_alive() or dog.ending: return
     try: dog.publish(st.main)
-    except Exception: pass  # the store is gone: the watchdog's ticks meet it and end this rank
+    except STORE_ERRORS: pass  # the store is gone: the watchdog's ticks meet it and end this rank
 
 def _stop_liveness(code:int|None=None, # the exit code; default: the script's, else 1 after an uncaught exception
                  ):
@@ -476,8 +468,8 @@ def _stop_liveness(code:int|None=None, # the exit code; default: the script's, e
     if st.code is None: st.code = 1 if getattr(sys, 'last_value', None) is not None else 0
     try:
         JobStore(st.main).publish_heartbeat(dog.world.rank, dog.heartbeat(time.monotonic()))
-        if not dog.counted: JobStore(st.main).add(JobStore.WAITING, 1)  # an exited rank waits for nothing, for good
-    except Exception: pass  # exiting: a store already gone (rank 0 ended first) has no reader left
+        if not dog.counted: JobStore(st.main).count_waiting(True)  # an exited rank waits for nothing, for good
+    except STORE_ERRORS: pass  # exiting: a store already gone (rank 0 ended first) has no reader left
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9a38d4bb
 def _not_users(filename:str)->bool:

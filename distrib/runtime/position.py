@@ -251,7 +251,8 @@ def mark_queued(name:str|None=None,  # the collective: 'all_reduce_sum'; None: t
                 ident=None,          # what tells two instances apart, as `doing`'s
                 **pos,               # position fields to set: `event='backward', sync=True` for DDP's all-reduce
                ):
-    """Record that this rank queued a collective that returned before it finished (see above): the watchdog shows
+    """Record that this rank queued a collective that returned before it finished (NCCL's return once queued on the
+    GPU: the host goes on, and its position no longer says it waits for the others): the watchdog shows
     this rank waiting in it while the oldest such one is not done after `RankState.hold` seconds. With `done` None, a
     CUDA event recorded now on the current stream says when (`torch.cuda.Event.query`, never a synchronisation),
     and nothing is recorded unless `queue_tracking(True)` and CUDA is initialized."""

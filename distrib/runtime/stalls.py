@@ -4,13 +4,14 @@
 
 # %% ../../nbs/07_runtime.stalls.ipynb #982d810c
 from __future__ import annotations
-import os, sys, json, math
+import sys, json, math
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, LongPhaseTimeoutError,
                                     blame_text)
 from .position import rank_state, describe, position, seconds_or_none, waits_for_others, wait_id
 from .schema import JobStore, JobFailure, Heartbeat
+from .world import env_number
 from .waits import stuck_error
 from .stragglers import watch_stragglers
 
@@ -23,27 +24,18 @@ _STALL_STEPS = 20     # ... and at least this many times the fit's median step t
 _MISMATCH_AFTER = 3.0  # seconds a rank waits in another collective than this one's before the two diverged
 _STACK_FRAMES = 12    # the innermost frames of a main thread's stack that a report shows
 
-def _env_seconds(name:str)->float|None:
-    "The number of seconds >= 0 in environment variable `name`; None when unset or empty"
-    v = os.environ.get(name, '').strip()
-    if not v: return None
-    try: t = float(v)
-    except ValueError: t = -1.
-    if not t >= 0 or math.isinf(t): raise ValueError(f"{name}={v!r}: it must be a number of seconds >= 0 (0: off)")
-    return t
-
 def _stall_report_after()->float|None:
     """Seconds a rank stays stuck before its stall is reported: `DISTRIB_STALL_REPORT` (0: never); None when unset:
     the default, `max(_STALL_FLOOR, _STALL_STEPS` × the fit's median step time`)`. Raises `ValueError` for a value that
     is not a number >= 0."""
-    return _env_seconds('DISTRIB_STALL_REPORT')
+    return env_number('DISTRIB_STALL_REPORT', None)
 
 def _stall_timeout()->float|None:
     """Seconds a rank stays stuck before its stall ends the job: `distrib_ctx(stall_timeout=...)` while inside it,
     else `DISTRIB_STALL_TIMEOUT`; None (or 0): never, the job only reports it. Raises `ValueError` for an environment
     value that is not a number >= 0."""
     t = rank_state().stall_timeout
-    return (t if t is not None else _env_seconds('DISTRIB_STALL_TIMEOUT')) or None
+    return (t if t is not None else env_number('DISTRIB_STALL_TIMEOUT', None)) or None
 
 def stall_timeout_for(t:float|None, # seconds a rank may stay stuck while others wait; None: leave it as it is
                      ):
@@ -87,7 +79,8 @@ def _watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store c
     """The watchdog's check of this rank's declared long phases (`long_phase`), without a store call: ends the job
     when one lasted past its timeout (`LongPhaseTimeoutError`); reports the outermost one once it lasted
     `_PHASE_REPORT_FACTOR` × `_stall_report_threshold()`, then each time its duration doubles, while a rank waits (the
-    `waiting` counter as the tick last read it) or on rank 0 (see above)"""
+    `waiting` counter as the tick last read it: the ranks in long phases are the ones waited for); when no rank
+    waits, only rank 0 reports its own (ranks each in a long phase of their own print one line, not one per rank)"""
     st = rank_state()
     phases = st.phases
     if not phases: st.phase_due = None; return
@@ -98,7 +91,7 @@ def _watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store c
     due = (st.phase_due[1] if st.phase_due is not None and st.phase_due[0] == key else
            _PHASE_REPORT_FACTOR * _stall_report_threshold(dog))
     st.phase_due = (key, due)
-    waiting = st.waiting % JobStore.WAITING_GEN
+    waiting = JobStore.count(st.waiting)
     if age < due or not waiting and me != 0: return
     while due <= age: due *= 2
     st.phase_due = (key, due)
@@ -248,13 +241,13 @@ def _examine(dog,        # rank 0's `_Watchdog`
     not deadlocked (all in one slow collective) is not read again until the counter says a rank moved."""
     st = rank_state()
     n, v = dog.world.world_size, st.waiting
-    if v % JobStore.WAITING_GEN < n or st.settled == (v // JobStore.WAITING_GEN, dog.pos_key): st.suspect = None; return
+    if JobStore.count(v) < n or st.settled == (JobStore.generation(v), dog.pos_key): st.suspect = None; return
     hold = max(_MISMATCH_AFTER, 2*dog.median_step())
     hbs, mine = dog.js.heartbeats(range(n)), dog.pos
     hbs[0] = replace(hbs.get(0, Heartbeat()), pos=mine, age=now - dog.pos_since, left=st.left, colls=st.colls,
                      state=st.state)
     found = _verdict(hbs, hold)
-    if found.state == 'moving': st.settled, st.suspect = (v // JobStore.WAITING_GEN, dog.pos_key), None; return
+    if found.state == 'moving': st.settled, st.suspect = (JobStore.generation(v), dog.pos_key), None; return
     if found.state == 'young': return
     why, cause, odd = found.why, found.cause, found.odd
     if cause is None and waits_for_others(mine):  # no rank to blame: the deadlock from rank 0's position
@@ -278,7 +271,7 @@ def _stall(dog, mine:dict, age:float):
     if age < min(after, end_after or math.inf): return
     ending = end_after is not None and age >= end_after
     if not ending and st.stall_reported in (dog.pos_key, (dog.pos_key, st.waiting)): return
-    if st.waiting % JobStore.WAITING_GEN == 0: return  # nobody waits (the counter as the watchdog last read it)
+    if JobStore.count(st.waiting) == 0: return  # nobody waits (the counter as the watchdog last read it)
     me, n = dog.world.rank, dog.world.world_size
     hbs = dog.js.heartbeats([r for r in range(n) if r != me])  # once per stall: one check, one multi_get
     waiting = {r: hb for r, hb in hbs.items() if not hb.exited and waits_for_others(hb.pos)}

@@ -9,7 +9,7 @@ import torch.distributed as dist
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, traceback_collective,
                                     blame_text)
 from .position import rank_state, doing, position, describe, wait_id
-from .schema import JobStore, Heartbeat
+from .schema import JobStore, Heartbeat, STORE_ERRORS
 from .liveness import INTERVAL, GRACE, running, peers_gone
 
 # %% auto #0
@@ -90,7 +90,7 @@ class _Waiter:
         return self
     def _run(self, keys:list):
         try: self.conn.wait(keys, datetime.timedelta(seconds=_LONG_WAIT))
-        except Exception as e: self.error = e  # handed to the main thread, which raises it (or waits again)
+        except STORE_ERRORS as e: self.error = e  # handed to the main thread, which raises it (or waits again)
         finally: self.done.set()
     def close(self):
         "Keep the clone for the next wait, unless this one is still blocked in it (abandoned: it is left there)"
@@ -269,10 +269,10 @@ def explain_failure(e:BaseException,          # an exception this rank raised
                                    blame, op, caller)
         hbs = _peer_heartbeats([r for r in range(w.world_size) if r != w.rank])
         gone, record_wait = peers_gone(hbs)
-    except Exception: return e  # no store to explain it with: the original error, unchanged, is raised
+    except STORE_ERRORS: return e  # no store to explain it with: the original error, unchanged, is raised
     if record_wait:  # a process gone without a goodbye: its launcher's record says how it ended
         try: info = js.first_failure() if _wait_quietly(s, [js.failure_key(1)], record_wait) else None
-        except Exception: info = None  # none came (another exit code: the launcher ends the job): the verdict below
+        except STORE_ERRORS: info = None  # none came (another exit code: the launcher ends the job): the verdict below
         if info is not None and info.rank != w.rank:
             blame = info.blamed()
             return PeerFailedError(f"{op} failed on rank {w.rank}{at} because the job failed: {blame_text(blame)}",
