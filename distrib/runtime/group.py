@@ -308,7 +308,7 @@ def teardown_distrib(barrier:bool|None=None, # wait for every rank first; None: 
 def _teardown_at_exit():
     "At interpreter exit: destroy the group distrib created; no barrier after an uncaught exception"
     if not pg_initialized(): return
-    failed = rank_state().reported is not None or getattr(sys, 'last_value', None) is not None
+    failed = rank_state().job.reported is not None or getattr(sys, 'last_value', None) is not None
     try: teardown_distrib(barrier=not failed, name='the exit')
     except Exception as e:  # at interpreter exit there is no caller to raise to: say so, then destroy the group
         print(f"distrib: rank {dist.get_rank()}: the barrier at exit failed ({type(e).__name__}: "

@@ -56,11 +56,11 @@ class StepTimer:
     """This rank's own work per training step, for the straggler check: from one `after_batch` of a training pass
     to the next, less backward (`before_backward` to `after_backward`: DDP's all-reduce of gradients waits there),
     less the spans between `wait_began` and `wait_ended` (DDP's buffer broadcast in the forward) and the seconds
-    `RankState.waited` grew (distrib's collectives, barriers, declared long phases). `mean()` is the mean over the
+    `Here.waited` grew (distrib's collectives, barriers, declared long phases). `mean()` is the mean over the
     last `steps` steps (seconds); `ratio` is the straggler check's `_straggler_ratio()`, read once, in the main
     thread. On a CUDA device (`cuda=True`) the spans are CUDA events on the current stream,
     read a step later with `Event.query()` (no synchronisation; a step whose events are not done after 4 more steps
-    is dropped); else `time.perf_counter()`. `DistributedTrainer` drives it; `RankState.timer` holds it."""
+    is dropped); else `time.perf_counter()`. `DistributedTrainer` drives it; `Here.timer` holds it."""
     def __init__(self, steps:int, ratio:float=_STRAGGLER_RATIO, cuda:bool=False):
         self.steps, self.ratio, self.cuda = steps, ratio, cuda
         self.own, self.total, self.window = deque(maxlen=steps), 0., (0., 0)
@@ -100,7 +100,7 @@ class StepTimer:
 
     def after_batch(self):
         "A training step ended: its own work is noted once its times are known"
-        end, waited = self._mark(), rank_state().waited
+        end, waited = self._mark(), rank_state().here.waited
         if self.cur is not None: self.todo.append(dict(self.cur, end=end, host=waited - self.cur['waited']))
         self.cur = {'start': end, 'spans': [], 'waited': waited}
         while self.todo and (not self.cuda or self.todo[0]['end'].query()): self._note(self.todo.popleft())
@@ -149,7 +149,7 @@ def _lead(dog, s:dict, rnd:int, named:int, now:float):
             for rec in JobStore.stragglers(dog.values[JobStore.STRAGGLERS])[shown:named]:
                 print(_straggler_line(rec), file=sys.stderr, flush=True)
             s['shown'] = named
-    timer = rank_state().timer
+    timer = rank_state().here.timer
     if timer is None or timer.mean() is None: return
     every = max(_STRAGGLER_EVERY, timer.steps * dog.median_step())
     if now - s.get('started', -math.inf) < every: return
@@ -163,7 +163,7 @@ def _join(dog, s:dict, rnd:int):
     st, world = rank_state(), dog.world
     if rnd > s.get('round', 0):  # a new round
         s['round'] = rnd
-        timer = st.timer
+        timer = st.here.timer
         own = timer.mean() if timer is not None else None
         s['pending'] = p = None if own is None else {'own': own, 'n': 0, 'keys': _round_keys(rnd % _SLOTS),
                                                      'ratio': timer.ratio, 'steps': timer.steps}
@@ -197,8 +197,8 @@ def watch_stragglers(dog,        # the rank's `_Watchdog`, after its tick's stor
     world size it reads the histogram, and names itself when its time is over the ratio times the median bucket's
     (`_join`). Its writes take the place of a tick's read: two store calls per tick, at any number of ranks."""
     st = rank_state()
-    if not dog.fresh or st.timer is None and dog.world.rank != 0: return
+    if not dog.fresh or st.here.timer is None and dog.world.rank != 0: return
     v = dog.values[JobStore.STRAGGLER]
     rnd, named = JobStore.generation(v), JobStore.count(v)
-    if dog.world.rank == 0: _lead(dog, st.straggler, rnd, named, now)
-    _join(dog, st.straggler, rnd)
+    if dog.world.rank == 0: _lead(dog, st.memo.straggler, rnd, named, now)
+    _join(dog, st.memo.straggler, rnd)
