@@ -236,8 +236,8 @@ def agree_cancel(e:BaseException,              # the Cancel*Exception this rank 
     except RanksDivergedError as d: others = blame_text(d.blame)
     raise RanksDivergedError(
         f"{mine['type']} was raised on rank {st.job.world.rank} in {mine['where']}, but not on every rank at that "
-        f"point ({others}). Under distrib_ctx a Cancel*Exception must be raised on every rank at the same point, or the "
-        f"ranks run different collectives and wait for one another forever: decide from values every rank has (the "
+        f"point ({others}). Under distrib_ctx a Cancel*Exception must be raised on every rank at the same point, or "
+        f"the ranks run different collectives and wait for one another forever: decide from values every rank has (the "
         f"Recorder's metrics are averaged over ranks; all_reduce_sum or broadcast_object share one rank's value) and "
         f"raise it on every rank; to end the whole job, raise another exception") from e
 
