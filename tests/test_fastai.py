@@ -86,8 +86,9 @@ TEXT = ('text_clas', 'text_sorted')
 
 def test_text_classifier_as_one_process(tmp_path_factory):
     """fastai's text_classifier_learner (a tiny AWD_LSTM, SortedDL loaders, no dropout, no shuffle, from the same
-    starting weights; RNNRegularizer off: see fastai_job.text_learner) fine_tuned on 2 ranks x B as one process with 2B: weights, what fastai
-    reports, get_preds (every item once, in order)"""
+    starting weights, fastai's RNNRegularizer on: its terms are means over the padded length, every rank's batch padded
+    to the global batch's) fine_tuned on 2 ranks x B as one process with 2B: weights, what fastai reports, get_preds
+    (every item once, in order)"""
     ours = ran(2, TEXT, tmp_path_factory)['text_clas']
     ref = job.run_case('text_clas', 2*job.B)
     d = compare('text_clas', ours, 2, ref)

@@ -74,10 +74,8 @@ def text_dls(bs:int, lm:bool=False, shuffle:bool=False):
 
 def text_learner(bs:int, lm:bool=False, shuffle:bool=False):
     """fastai's `text_classifier_learner` (or `language_model_learner` when `lm`) over `text_dls(bs//2)`, a tiny AWD_LSTM,
-    no pretrained weights, no dropout; the language model with fastai's RNNRegularizer (alpha 2, beta 1), the
-    classifier without it (alpha=beta=0: its terms are means over the batch's padded length, which a rank's batch,
-    padded to its own longest text, does not share with the global batch: 6.1e-4 from one process with it, 3.0e-8
-    without; padding each rank's batch as the global batch is issue 45's remaining work); the classifier's
+    no pretrained weights, no dropout, fastai's RNNRegularizer on (its defaults, alpha 2, beta 1: its terms are means
+    over the batch's padded length, which distrib pads every rank's batch to: the global batch's); the classifier's
     BatchNorm layers are `nn.Identity` (torch's SyncBatchNorm does not run on the CPU: with them each rank would
     normalise by its own rows)"""
     dls, cfg = text_dls(bs//2, lm, shuffle), dict(emb_sz=8, n_hid=10, n_layers=2)   # half: more batches
@@ -87,7 +85,7 @@ def text_learner(bs:int, lm:bool=False, shuffle:bool=False):
                                        drop_mult=0., metrics=[accuracy, Perplexity()])
     else:
         learn = text_classifier_learner(dls, AWD_LSTM, seq_len=SEQ, config=cfg, pretrained=False, drop_mult=0.,
-                                        lin_ftrs=[6], ps=[0.], metrics=accuracy, alpha=0., beta=0.)
+                                        lin_ftrs=[6], ps=[0.], metrics=accuracy)
         for lbd in learn.model[1].layers: lbd[0] = nn.Identity()
     for m in learn.model.modules():
         if isinstance(m, WeightDropout): m._setweights = partial(_no_weight_dropout, m)
