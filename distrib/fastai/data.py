@@ -4,7 +4,7 @@
 
 # %% ../../nbs/44a_fastai.data.ipynb #827694be
 from __future__ import annotations
-import math, random
+import itertools, math, random, sys
 from contextlib import contextmanager
 from operator import attrgetter
 import numpy as np
@@ -38,6 +38,31 @@ def _seeded(seed:int):
     try: yield
     finally: random.setstate(st); np.random.set_state(nst)
 
+def _pad_chunk(dl):
+    """fastai's `Pad_Chunk` among fastai `DataLoader` `dl`'s `before_batch` transforms (a `TextBlock` classifier's
+    loaders have one), or None; None also when fastai.text is not imported (then no loader holds one)"""
+    m = sys.modules.get('fastai.text.data')
+    fs = getattr(dl.before_batch, 'fs', None) or []   # a TfmdDL's Pipeline; a plain DataLoader's is a method
+    return None if m is None else next((f for f in fs if isinstance(f, m.Pad_Chunk)), None)
+
+def _text_len(item)->int:
+    """The length fastai's `Pad_Chunk` pads to for item `item` (a tuple): its longest `TensorText`'s (0 without one), as
+    `Pad_Chunk.before_call` measures a batch"""
+    m = sys.modules['fastai.text.data']
+    return max((x.shape[0] for x in item if isinstance(x, m.TensorText)), default=0)
+
+def _pad_to(pipe, pc, b:list, n:int):
+    """fastai `Pipeline` `pipe` (a loader's `before_batch`) on samples `b` (a list of items), its `Pad_Chunk` `pc`
+    padding every text to length `n` (an int >= each text's length) where fastai pads to the batch's longest: the
+    padding fastai's `pad_chunk` lays out (whole chunks of `seq_len` before the text, the rest after, by default)"""
+    m = sys.modules['fastai.text.data']
+    for f in pipe.fs:
+        if f is pc:
+            f.max_len = n   # what Pad_Chunk.__call__ sets from the batch (`before_call`) before its encodes
+            b = super(m.Pad_Chunk, f).__call__(tuple(b), split_idx=pipe.split_idx)
+        else: b = f(b, split_idx=pipe.split_idx)
+    return b
+
 class ShardedDL(TfmdDL):
     """This rank's shard of fastai `DataLoader` `dl`, by `distrib.data.shard_idxs`'s rule (positions
     `rank::world_size` of the epoch's order, padded by wrapping around), with `dl`'s transforms.
@@ -58,6 +83,15 @@ class ShardedDL(TfmdDL):
     process's batch k (a `SortedDL`'s rows sorted as that batch's, an `LMDataLoader`'s streams r, r+W, ... continued
     from batch k-1). Any other loader: `dl`'s order unshuffled, permuted by `shard_idxs`'s rule (`index_shuffle`, seeded
     `seed + epoch`) when it shuffles.
+
+    Padding: a loader whose `before_batch` holds fastai's `Pad_Chunk` (`TextBlock`'s classifier loaders) pads each of
+    this rank's texts of batch k to global batch k's length (its longest text's), not to this rank's longest, laid out
+    as fastai's `pad_chunk` lays it out: rank r's rows are then rows of one process's batch, and what is a mean over
+    the padded length (fastai's `RNNRegularizer`'s terms) is the global batch's. The lengths: a `SortedDL`'s `res` with
+    fastai's default `sort_func` (each item's text length, which it already holds), else each item read once (as
+    `SortedDL` reads them for a `sort_func` of its own); every epoch, the maxima of the epoch's order by global batch
+    (O(n) per rank, what one process's `SortedDL` shuffle costs). Raises `ValueError` when an item's text is not of
+    the length `res` gives (a `sort_func` other than the length).
 
     `get_idxs()` is the epoch's order (every rank's; fastai's `get_preds` reorders by it), `read_positions()` this
     rank's positions in it; `set_epoch(epoch)` as `DistributedSampler`'s; `start_batch = k` starts the next pass at
@@ -84,6 +118,7 @@ class ShardedDL(TfmdDL):
         self.fake_l = _FakeLoader(self, fake.pin_memory, fake.num_workers, fake.timeout,
                                   persistent_workers=fake.persistent_workers, pin_memory_device=fake.pin_memory_device)
         self._order, self._skip = None, 0
+        self._pad, self._lens, self._pad_lens = _pad_chunk(self.dl), None, None
 
     @property
     def batch_size(self)->int: return self.bs
@@ -117,7 +152,25 @@ class ShardedDL(TfmdDL):
             perm = shard_idxs(len(base), 0, 1, self.shuffle, self.seed, self.epoch, pad=False).tolist()
             self._order = [base[i] for i in perm]
         self._skip, self.first_batch, self.start_batch = self.start_batch*self.bs, self.start_batch, 0
+        if self._pad is not None: self._pad_lens = self._batch_lens()
         return self._order
+    def text_lens(self)->np.ndarray:
+        "Each item's text length, by dataset index (int64, `n_items`): what fastai's `Pad_Chunk` pads it by"
+        if self._lens is None:
+            src, n = self.global_dl if self.global_dl is not None else self.dl, self.n_items
+            res = getattr(src, 'res', None)
+            if getattr(src, 'sort_func', None) is sys.modules['fastai.text.data']._default_sort and len(res or ()) == n:
+                self._lens = np.asarray(res, dtype=np.int64)
+            else: self._lens = np.array([_text_len(src.do_item(i)) for i in range(n)], dtype=np.int64)
+        return self._lens
+    def _batch_lens(self)->np.ndarray:
+        "The epoch's global batches' padded lengths (int64, by batch): the longest text read at its positions"
+        N, WB = self.n_items, self.world_size*self.bs
+        P = self.world_size*self.n_of(0)   # positions read by some rank: [0, P), wrapped past N when padded
+        P = P if self.pad else min(P, N)
+        if P == 0: return np.zeros(0, dtype=np.int64)
+        ls = self.text_lens()[np.asarray(self._order, dtype=np.int64)[np.arange(P) % N]]
+        return np.maximum.reduceat(ls, np.arange(0, P, WB))
     def read_positions(self, rank:int|None=None)->torch.Tensor:
         """Positions, in the epoch's order (`get_idxs()`), of the items rank `rank` (default this one) reads in a pass:
         int64, padding wrapped"""
@@ -132,12 +185,25 @@ class ShardedDL(TfmdDL):
     def after_batch(self, b): return self.dl.after_batch(b)
     def after_iter(self): self.dl.after_iter()
     def create_batches(self, samps):
-        "This rank's batches of samples `samps`: the items of `global_dl` when there is one, `dl`'s batches of them"
-        src = self.global_dl
+        """This rank's batches of samples `samps`: the items of `global_dl` when there is one, `dl`'s batches of them,
+        padded to the global batch's length when `dl` pads with `Pad_Chunk`"""
+        src = self.global_dl if self.global_dl is not None else self.dl if self._pad is not None else None
         if src is None: return self.dl.create_batches(samps)
         if src.dataset is not None: src.it = iter(src.dataset)
-        items = (o for o in map(src.do_item, samps) if o is not None)
-        return map(self.dl.do_batch, chunked(items, self.bs, self.drop_last))
+        items = (o for o in ((s, src.do_item(s)) for s in samps) if o[1] is not None)
+        ks = itertools.count(self.first_batch + self.offs, self.num_workers)   # batch k of the epoch, every rank's
+        return map(self._batch, ks, chunked(items, self.bs, self.drop_last))
+    def _batch(self, k:int, b:list):
+        "Batch `k` of the epoch from this rank's `(index, item)` pairs `b`: `dl`'s batch, padded as global batch k"
+        idxs, items = zip(*b)
+        if self._pad is None: return self.dl.do_batch(list(items))
+        got, want = [_text_len(o) for o in items], self.text_lens()[list(idxs)].tolist()
+        if got != want:
+            raise ValueError(f"{type(self.dl).__name__}: items {list(idxs)} have texts of {got} tokens where its `res` "
+                             f"gives {want}: distrib pads each rank's batch to the global batch's longest text from "
+                             "those lengths; build the loader with fastai's default sort_func (the text's length)")
+        return self.dl.retain(self.dl.create_batch(_pad_to(self.dl.before_batch, self._pad, list(items),
+                                                           int(self._pad_lens[k]))), list(items))
     def to_detach(self, b, cpu=True, gather=True): return to_detach(b, cpu, gather=False)
     def decode(self, b): return self.dl.decode(b)
     def decode_batch(self, b, max_n=9, full=True): return self.dl.decode_batch(b, max_n, full)

@@ -59,6 +59,7 @@ def _texts(n:int, seed:int=0)->list:
         out.append((' '.join(ws), int(ws.count('cat') + ws.count('dog') > len(ws)//6)))
     return out
 SEQ, N_TEXT_TRAIN, N_TEXT_VALID = 8, 56, 17
+DRAWN = ('text_sorted', 'text_lm_shuffle')   # shuffled by distrib's rule: the reference follows it in one process
 TEXTS = _texts(N_TEXT_TRAIN + N_TEXT_VALID)
 def text_x(i): return TEXTS[i][0]
 def text_y(i): return TEXTS[i][1]
@@ -74,10 +75,8 @@ def text_dls(bs:int, lm:bool=False, shuffle:bool=False):
 
 def text_learner(bs:int, lm:bool=False, shuffle:bool=False):
     """fastai's `text_classifier_learner` (or `language_model_learner` when `lm`) over `text_dls(bs//2)`, a tiny AWD_LSTM,
-    no pretrained weights, no dropout; the language model with fastai's RNNRegularizer (alpha 2, beta 1), the
-    classifier without it (alpha=beta=0: its terms are means over the batch's padded length, which a rank's batch,
-    padded to its own longest text, does not share with the global batch: 6.1e-4 from one process with it, 3.0e-8
-    without; padding each rank's batch as the global batch is issue 45's remaining work); the classifier's
+    no pretrained weights, no dropout, fastai's RNNRegularizer on (its defaults, alpha 2, beta 1: its terms are means
+    over the batch's padded length, which distrib pads every rank's batch to: the global batch's); the classifier's
     BatchNorm layers are `nn.Identity` (torch's SyncBatchNorm does not run on the CPU: with them each rank would
     normalise by its own rows)"""
     dls, cfg = text_dls(bs//2, lm, shuffle), dict(emb_sz=8, n_hid=10, n_layers=2)   # half: more batches
@@ -87,7 +86,7 @@ def text_learner(bs:int, lm:bool=False, shuffle:bool=False):
                                        drop_mult=0., metrics=[accuracy, Perplexity()])
     else:
         learn = text_classifier_learner(dls, AWD_LSTM, seq_len=SEQ, config=cfg, pretrained=False, drop_mult=0.,
-                                        lin_ftrs=[6], ps=[0.], metrics=accuracy, alpha=0., beta=0.)
+                                        lin_ftrs=[6], ps=[0.], metrics=accuracy)
         for lbd in learn.model[1].layers: lbd[0] = nn.Identity()
     for m in learn.model.modules():
         if isinstance(m, WeightDropout): m._setweights = partial(_no_weight_dropout, m)
@@ -112,6 +111,17 @@ class RecordText(Callback):
         for i in range(0, x.shape[1], SEQ):
             has = x[:, i] != 1
             self.misfed += int(not has[:int(has.sum())].all())
+
+class SetEpoch(Callback):
+    "Before each epoch's training pass, `set_epoch(epoch)` on the training loader (what distrib_ctx does)"
+    def before_train(self): self.learn.dls.train.set_epoch(self.epoch)
+
+class RecordFirst(Callback):
+    "The first 3 tokens of each row of each epoch's first training batch (`first`, by epoch)"
+    run_valid = False
+    def __init__(self): self.first = []
+    def before_batch(self):
+        if self.iter == 0: self.first.append(self.xb[0][:, :3].tolist())
 
 class TensorIn(TensorBase): "The inputs' type, so that the batch transform leaves the targets alone"
 
@@ -291,13 +301,17 @@ def checkpointed(learn, name:str, out:dict):
 def run_case(name:str, bs:int)->dict:
     "Case `name` with batch size `bs` per process: what fastai reports"
     if name.startswith('text_'):
-        learn, out = text_learner(bs, lm=name == 'text_lm', shuffle=name == 'text_sorted'), {}
+        learn, out = text_learner(bs, lm=name.startswith('text_lm'), shuffle=name in DRAWN), {}
     else:
         learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam', ignore=name.startswith('ignore'),
                              image=name == 'cutmix', tfms=name == 'tfms'), {}
     mix = name in ('mixup', 'cutmix')   # distrib's draws: the reference is under distrib_ctx in one process too
     ctx = (learn.distrib_ctx() if hasattr(learn, 'distrib_ctx') and (mix or bs == job_bs() and _world() > 1)
            else _null())
+    if name in DRAWN and isinstance(ctx, _null):   # one process, distrib's rule by hand (distrib_ctx on one rank
+        from distrib.fastai.data import ShardedDL   # leaves the loaders alone): its order, set_epoch every epoch
+        learn.dls.loaders[0] = ShardedDL(learn.dls.train, 0, 1)
+        learn.add_cb(SetEpoch())
     with ctx:
         if name == 'fit': learn.fit(2, 1e-2)
         elif name == 'sgd': learn.fit(2, 0.1)
@@ -321,7 +335,10 @@ def run_case(name:str, bs:int)->dict:
             rec = RecordText()
             learn.fit(2, 1e-2, cbs=rec)
             out['lens'], out['misfed'] = rec.lens, rec.misfed
-        elif name == 'text_lm': learn.fit_one_cycle(2, 1e-2)
+        elif name in ('text_lm', 'text_lm_shuffle'):
+            rec = RecordFirst()
+            learn.fit_one_cycle(2, 1e-2, cbs=rec)
+            out['first'] = rec.first
         elif name == 'ignore_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=2*bs*_world()))
         elif mix:
             rec = RecordX()
@@ -355,12 +372,13 @@ def run_case(name:str, bs:int)->dict:
             learn.fit(2, 1e-2, cbs=[NaNOn(1), TerminateOnNaNCallback()])
         if name != 'lr_find': out['values'] = [[float(v) for v in row] for row in learn.recorder.values]
         if name == 'tfms': out.update(dls_api(learn))   # after the values: get_preds resets the Recorder's
-        if name == 'text_lm':   # LMLearner's get_preds (concat_dim=1) is not gathered under distrib_ctx yet
-            out['validate'] = [float(v) for v in learn.validate()]
-        elif name not in ('lr_find', 'save', 'timing'):
-            preds, targs, losses = learn.get_preds(with_loss=True)
+        if name not in ('lr_find', 'save', 'timing'):   # LMLearner.get_preds (concat_dim=1) needs reorder=False
+            preds, targs, losses = learn.get_preds(with_loss=True, **({'reorder': False} if 'lm' in name else {}))
             out['preds'], out['targs'], out['losses'] = preds.tolist(), targs.tolist(), losses.tolist()
             out['validate'] = [float(v) for v in learn.validate()]
+        if name == 'text_clas':   # fastai's predict: a test_dl of one item, which one rank reads and the other not
+            p = learn.predict(TEXTS[-1][0])
+            out['predict'] = [str(p[0]), int(p[1]), p[2].tolist()]
     out['weights'] = torch.cat([p.detach().float().flatten() for p in learn.model.parameters()]).tolist()
     return out
 
@@ -396,7 +414,7 @@ if __name__ == '__main__':
         w = torch.tensor(res[name]['weights'], dtype=torch.float64)   # every rank holds the same weights
         spread = (all_reduce_sum(w) / _world() - w).abs().max().item()
         res[name]['rank_spread'] = all_reduce_sum(torch.tensor(spread, dtype=torch.float64)).item()
-        for key in ('mix_x', 'lens', 'misfed'):   # every rank's mixed inputs, text lengths, misfed chunks, by rank
+        for key in ('mix_x', 'lens', 'misfed', 'first'):   # every rank's mixed inputs, text lengths, misfed chunks...
             if key not in res[name]: continue
             import torch.distributed as dist
             every = [None] * _world()
