@@ -248,6 +248,9 @@ class Learner(LearnerSaving):
                 start = self._go_on(e)
                 if start is None: raise
                 self.dl, self.n_iter = self.dls.train, _n_batches(self.dls.train)   # the survivors' loader
+                for cb in self.cbs:   # what a callback read of the world once per pass, read again
+                    f = getattr(type(cb), 'world_changed', None)
+                    if callable(f): f(cb)
 
     def _go_on(self, e:Exception)->int|None:
         """The batch to go on from after `e` left a training batch, when a callback's `survive(e)` gives one (the

@@ -1,8 +1,9 @@
 """A lost rank costs seconds (issue 50): under `python -m distrib.launch --on-failure continue`, 3 CPU processes, a
 rank SIGKILLed in the middle of epoch 1 (tests/scripts/survivors.py): the two survivors' next optimizer step ends
 within 10 s of the kill, in the same processes (same pids), the job exits 0, and its weights are those of one
-process trained with the same global batch over the same order (1e-5). Rank 2 lost, then rank 0 (the survivors
-renumber; the store lives in the launcher). Run with `pytest -s` to see the SURVIVORS lines (the times)."""
+process trained with the same global batch over the same order (1e-5). Rank 2 lost (a batch-mean loss), then rank
+0 (the survivors renumber; the store lives in the launcher) with a loss over items (`ItemMean` all-reduces each
+step's count, over the new world after the loss). Run with `pytest -s` to see the SURVIVORS lines (the times)."""
 import re, subprocess, sys
 import pytest
 import torch
@@ -12,21 +13,22 @@ JOB = SCRIPTS/'survivors.py'
 
 @pytest.fixture(scope='module')
 def ref(tmp_path_factory):
-    "The weights of one process trained with the whole global batch, in the same order"
+    "The weights of one process trained with the whole global batch, in the same order, for each loss"
     d = tmp_path_factory.mktemp('ref')
-    r = subprocess.run([sys.executable, str(JOB), 'ref', str(d)], capture_output=True, text=True, timeout=120,
-                       cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return torch.load(d/'ref.pt')
+    for loss in ('mean', 'items'):
+        r = subprocess.run([sys.executable, str(JOB), 'ref', str(d), loss], capture_output=True, text=True,
+                           timeout=120, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-3000:]
+    return {loss: torch.load(d/f'ref-{loss}.pt') for loss in ('mean', 'items')}
 
 def _steps(path)->list:
     "The (pid, epoch, batch, time) of each optimizer step a rank wrote"
     return [(int(p), int(e), int(b), float(t)) for p, e, b, t in re.findall(r'^STEP (\d+) (\d+) (\d+) (\S+)$',
                                                                            path.read_text(), re.M)]
 
-@pytest.mark.parametrize('victim', [2, 0])
-def test_survivors_go_on(ref, tmp_path, victim):
-    r = launch(JOB, 'job', tmp_path, victim, nproc=3, launcher_args=('--on-failure', 'continue'), timeout=240)
+@pytest.mark.parametrize('victim,loss', [(2, 'mean'), (0, 'items')])
+def test_survivors_go_on(ref, tmp_path, victim, loss):
+    r = launch(JOB, 'job', tmp_path, loss, victim, nproc=3, launcher_args=('--on-failure', 'continue'), timeout=240)
     text = f"exit code {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
     assert r.returncode == 0 and 'DONE world 2' in r.stdout, text
     killed = float(re.search(r'^KILL_AT (\S+)$', r.stdout, re.M)[1])
@@ -39,7 +41,7 @@ def test_survivors_go_on(ref, tmp_path, victim):
         after = min(t for *_, t in steps if t > killed)
         assert after - killed <= 10, (rank, after - killed)
     got = torch.load(tmp_path/'weights.pt')
-    diff = max((got[k] - ref[k]).abs().max().item() for k in ref)
+    diff = max((got[k] - ref[loss][k]).abs().max().item() for k in ref[loss])
     assert diff <= 1e-5, diff
     print(f"\nSURVIVORS rank {victim} lost: first step of a survivor {after - killed:.2f} s after the kill, "
           f"weights {diff:.1e} from one process; {line[0]}")
