@@ -237,7 +237,9 @@ class Learner(LearnerSaving):
 
     def all_batches(self):
         """Run every batch of `self.dl`, from its `start_batch` for a `DistributedDL` or `IterableShards` resumed
-        mid-epoch; `n_iter` is its length, None for a loader without one (an IterableDataset's)"""
+        mid-epoch; `n_iter` is its length, None for a loader without one (an IterableDataset's). When a training
+        batch raises and a callback's `survive(e)` names a batch (`_go_on`: a lost rank under `--on-failure
+        continue`), the pass goes on from it over the new `dls.train`, after each callback's `world_changed()`"""
         self.n_iter, self._device = _n_batches(self.dl), model_device(self.model)
         start = start_batch_of(self.dl)
         while True:

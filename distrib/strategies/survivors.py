@@ -201,11 +201,15 @@ def survivors()->Survivors:
 
 def check_continuable(trainer, # the fit's `DistributedTrainer`, wrapped
                      ):
-    """Refuse up front, under `--on-failure continue`, what the survivors could not carry on: a group whose CUDA
+    """Refuse up front, under `--on-failure continue`, what the survivors could not carry on: a worker that
+    `distrib.launch` did not start (torchrun's agent would stop the survivors), a group whose CUDA
     tensors go through NCCL (`trainer.backend`: aborting NCCL's collective in flight is not done yet), a trainer that
     shards the model (FSDP: `survives` False), `GradientAccumulation` (a step of several batches) and a loader that
     cannot be resharded (an iterable data set). Raises
     `SurvivorError` saying what to change."""
+    if not os.environ.get('DISTRIB_LAUNCHER_PID'):
+        raise SurvivorError(f"{ON_FAILURE_ENV}=continue needs python -m distrib.launch --on-failure continue: "
+                            "torchrun's own agent stops every worker at the first one that fails")
     if 'nccl' in trainer.backend:
         raise SurvivorError(f"--on-failure continue runs on gloo groups only for now, and this one is "
                             f"{trainer.backend!r}: pass backend='gloo' to distrib_ctx, or use --on-failure "
