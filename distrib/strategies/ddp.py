@@ -300,7 +300,7 @@ class DistributedTrainer(Callback):
         "An optimizer step completed: counted, with its place, for the survivors' agreement after a lost rank"
         self.n_steps, self.step_at = self.n_steps + 1, (self.learn.epoch, self.learn.iter)
 
-    survives = True  # DDP's survivors hold the whole state: they can go on after a lost rank (`go_on`)
+    survives = True  # DDP's survivors hold the whole state: they can go on after a lost rank (`go_on`); else why not
 
     def survive(self, e:BaseException)->int|None:
         """The loop's question after `e` left a training batch: the batch of the epoch to go on from, when `e` came

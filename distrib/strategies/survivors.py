@@ -202,11 +202,10 @@ def survivors()->Survivors:
 def check_continuable(trainer, # the fit's `DistributedTrainer`, wrapped
                      ):
     """Refuse up front, under `--on-failure continue`, what the survivors could not carry on: a worker that
-    `distrib.launch` did not start (torchrun's agent would stop the survivors), a group whose CUDA
-    tensors go through NCCL (`trainer.backend`: aborting NCCL's collective in flight is not done yet), a trainer that
-    shards the model (FSDP: `survives` False), `GradientAccumulation` (a step of several batches) and a loader that
-    cannot be resharded (an iterable data set). Raises
-    `SurvivorError` saying what to change."""
+    `distrib.launch` did not start (torchrun's agent would stop the survivors), a group whose CUDA tensors go through
+    NCCL (`trainer.backend`: aborting NCCL's collective in flight is not done yet), a trainer whose `survives` is not
+    True but says why (FSDP's, fastai's), `GradientAccumulation` (a step of several batches) and a loader that cannot
+    be resharded (an iterable data set). Raises `SurvivorError` saying what to change."""
     if not os.environ.get('DISTRIB_LAUNCHER_PID'):
         raise SurvivorError(f"{ON_FAILURE_ENV}=continue needs python -m distrib.launch --on-failure continue: "
                             "torchrun's own agent stops every worker at the first one that fails")
@@ -214,9 +213,8 @@ def check_continuable(trainer, # the fit's `DistributedTrainer`, wrapped
         raise SurvivorError(f"--on-failure continue runs on gloo groups only for now, and this one is "
                             f"{trainer.backend!r}: pass backend='gloo' to distrib_ctx, or use --on-failure "
                             "stop|restart")
-    if not trainer.survives:
-        raise SurvivorError(f"--on-failure continue re-forms DDP only, and {type(trainer).__name__} shards the model "
-                            "(a lost rank's shards are gone): use --on-failure restart with a Checkpoint")
+    if trainer.survives is not True:
+        raise SurvivorError(f"--on-failure continue: {trainer.survives}; use --on-failure restart with a Checkpoint")
     ga = getattr(trainer.learn, 'gradient_accumulation', None)
     if ga is not None:
         raise SurvivorError("--on-failure continue redoes one batch, and GradientAccumulation spreads a step over "
