@@ -14,10 +14,11 @@ roles, and the total over the W - losses survivors. Not counted: the new group's
 addresses as it connects, as at the job's start).
 """
 from __future__ import annotations
-import argparse, datetime, json, threading, time
+import argparse, json, threading, time
 from collections import Counter
 import torch.distributed as dist
-from distrib.strategies.survivors import Survivors, publish_loss, _prefix
+from distrib.runtime.survivors import Survivors, publish_loss
+from distrib.runtime.schema import JobStore
 
 class CountingStore:
     "A `HashStore` that counts the calls and keys of each method distrib's survivors use"
@@ -39,7 +40,7 @@ def simulate_others(store, gen:int, world:int, steps:int, ahead:bool, me_last:bo
     """Write, uncounted, the other survivors' part of generation `gen`'s agreement (`world` survivors): their
     arrivals (all but this one; with `me_last` False, one arrives after this one, in a thread), their counts of
     steps (one of them `steps + 1` when `ahead`)"""
-    p = _prefix(0) + f'gen/{gen}/'
+    p = JobStore.survivors_prefix(0) + f'gen/{gen}/'
     s = store.s
     s.add(p + f'at/{steps}', 1); s.set(p + f'src/{steps}', json.dumps(dict(epoch=1, batch=5, rank=0)))
     if ahead: s.add(p + f'at/{steps + 1}', 1); s.set(p + f'src/{steps + 1}', json.dumps(dict(epoch=1, batch=6,
@@ -77,8 +78,9 @@ def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument('--worlds', type=int, nargs='*', default=[3, 64, 1024, 16384])
     a = p.parse_args(argv)
-    rows, res = [], {'agent_per_loss': agent(), 'worlds': {}}
-    print(f"the launcher's agent, per loss: {res['agent_per_loss']['calls']} calls, {res['agent_per_loss']['keys']} keys")
+    res = {'agent_per_loss': agent(), 'worlds': {}}
+    ag = res['agent_per_loss']
+    print(f"the launcher's agent, per loss: {ag['calls']} calls, {ag['keys']} keys")
     print(f"{'W':>6} {'loss':>4} {'role':<22} {'calls':>5} {'keys':>5}")
     for W in a.worlds:
         worst = {}

@@ -19,7 +19,7 @@ from ..runtime.errors import ErrorRecord, Failure, root_failure
 from ..runtime.procs import reaping_stopped_children
 from ..runtime.postmortem import LauncherView
 from .store import LaunchError, listen_socket, localhost_store
-from ..strategies.survivors import ON_FAILURE_ENV, ON_FAILURE, publish_loss
+from ..runtime.survivors import ON_FAILURE_ENV, ON_FAILURE, publish_loss
 
 # %% auto #0
 __all__ = ['SHUTDOWN_TIMEOUT', 'default_nproc', 'help_text', 'wants_help', 'gpu_devices', 'failure_mode', 'build_args',
@@ -500,10 +500,9 @@ def _publish_loss(env:dict, rank:int, code:int, t:float):
     `code` at `t` while others run, in the job's store at its `MASTER_ADDR:MASTER_PORT`; nothing when that store
     cannot be reached (the survivors then find no notice, and their error stands)"""
     try:
-        store = dist.TCPStore(env['MASTER_ADDR'], int(env['MASTER_PORT']), is_master=False, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=10))
-        publish_loss(store, int(env.get('TORCHELASTIC_RESTART_COUNT', 0)), rank, code, t)
-    except Exception: pass  # no store: the survivors' wait for the notice ends, and the job with it
+        store, attempt = LauncherView.client(env)
+        publish_loss(store, attempt, rank, code, t)
+    except (*LauncherView.STORE_ERRORS, KeyError): pass  # no store: the survivors' wait for a notice ends, then the job
 
 def absorb_losses(pcontext, workers:list)->list:
     """Under `--on-failure continue`: each worker of torchrun's `pcontext` that ended with a non-zero code while

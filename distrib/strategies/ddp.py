@@ -20,7 +20,8 @@ from ..data import DataLoaders, DistributedDL, IterableShards
 from ..loop import is_sharded, check_loop
 from ..callback.core import Callback
 from ..model import model_device, move_model, is_compiled, unwrap_model
-from .survivors import on_failure, survivors, check_continuable, go_on
+from ..runtime.survivors import on_failure
+from .survivors import survivors, check_continuable, go_on
 from .preflight import preflight_check, check_models, check_loader
 from .compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets
 
