@@ -7,8 +7,8 @@ The data: 96 samples (a multiple of 1, 2, 3 and 6: no padding), a global batch o
 steps per epoch, 3 epochs of Adam on a small MLP without dropout. In `job`, rank VICTIM (its rank when the job
 started) prints `KILL_AT <time>` and SIGKILLs itself before the backward of batch 5 of epoch 1; every rank writes
 `STEP <pid> <epoch> <batch> <time>` in DIR/steps<start rank>.txt after each optimizer step; at the end the rank 0
-of the last world writes DIR/weights.pt and prints `DONE`. `ref` writes DIR/ref-LOSS.pt: the same fit in one process with the whole global
-batch.
+of the last world writes DIR/weights.pt and prints `DONE`. `ref` writes DIR/ref-LOSS.pt: the same fit in one process
+with the whole global batch.
 """
 import os, signal, sys, time
 from pathlib import Path
