@@ -75,10 +75,11 @@ def go_on(trainer,           # the `DistributedTrainer` of the fit
     `NOTICE_WAIT` s), agree with the other survivors (`Survivors.agree`), re-form the group (`reform_group`), take the
     state of the survivor furthest on (`equalize`), reshard the loaders with the global batch kept and wrap the model
     again (`trainer.rewire`); rank 0 prints one line (`resume_line`). Returns the batch to redo; None when no loss was
-    published (then `e` is the job's own error). Raises `SurvivorError` for a loss it cannot go on after (during
-    validation, at an epoch's end, a global batch that cannot be kept)."""
+    published, or at once for an error other than a `RuntimeError` (then `e` is the job's own error). Raises
+    `SurvivorError` for a loss it cannot go on after (during validation, at an epoch's end, a global batch that cannot
+    be kept)."""
     learn, sv = trainer.learn, trainer.survivors
-    if sv is None: return None
+    if sv is None or not isinstance(e, RuntimeError): return None   # a collective's errors are RuntimeErrors
     t_err = time.time()
     new = sv.notice(NOTICE_WAIT)
     if not new: return None
