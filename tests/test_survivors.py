@@ -3,7 +3,9 @@ rank SIGKILLed in the middle of epoch 1 (tests/scripts/survivors.py): the two su
 within 10 s of the kill, in the same processes (same pids), the job exits 0, and its weights are those of one
 process trained with the same global batch over the same order (1e-5). Rank 2 lost (a batch-mean loss), then rank
 0 (the survivors renumber; the store lives in the launcher) with a loss over items (`ItemMean` all-reduces each
-step's count, over the new world after the loss). Run with `pytest -s` to see the SURVIVORS lines (the times)."""
+step's count, over the new world after the loss). A global batch of 3 cannot be kept by 2 survivors: refused in one
+line from the launcher and one `SurvivorError`, or, with `DISTRIB_ALLOW_BATCH_CHANGE=1`, the job goes on with 2 (two
+jobs: marked slow). Run with `pytest -s` to see the SURVIVORS lines (the times)."""
 import re, subprocess, sys
 import pytest
 import torch
@@ -45,3 +47,20 @@ def test_survivors_go_on(ref, tmp_path, victim, loss):
     assert diff <= 1e-5, diff
     print(f"\nSURVIVORS rank {victim} lost: first step of a survivor {after - killed:.2f} s after the kill, "
           f"weights {diff:.1e} from one process; {line[0]}")
+
+@pytest.mark.slow
+def test_global_batch_not_kept_refused_or_allowed(tmp_path):
+    "3 processes of 1 sample each, rank 2 lost: 2 survivors cannot keep 3; refused, or shrunk when allowed"
+    r = launch(JOB, 'job', tmp_path, 'mean', 2, nproc=3, launcher_args=('--on-failure', 'continue'), timeout=240,
+               env={'SURVIVORS_G': '3'})
+    text = f"exit code {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
+    assert r.returncode == 1, text
+    assert ('distrib.launch: --on-failure continue: the job lost rank 2 (killed by SIGKILL) and went on; then the '
+            'survivors failed:') in r.stderr, text
+    want = 'SurvivorError: after the loss of rank 2 (killed by SIGKILL), 2 survivors cannot keep the global batch of 3'
+    assert want in r.stderr, text
+    r = launch(JOB, 'job', tmp_path, 'mean', 2, nproc=3, launcher_args=('--on-failure', 'continue'), timeout=240,
+               env={'SURVIVORS_G': '3', 'DISTRIB_ALLOW_BATCH_CHANGE': '1'})
+    text = f"exit code {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
+    assert r.returncode == 0 and 'DONE world 2' in r.stdout, text
+    assert 'global batch 3 now 2 (1 per rank)' in r.stderr, text

@@ -19,7 +19,7 @@ from ..runtime.errors import ErrorRecord, Failure, root_failure
 from ..runtime.procs import reaping_stopped_children
 from ..runtime.postmortem import LauncherView
 from .store import LaunchError, listen_socket, localhost_store
-from ..runtime.survivors import ON_FAILURE_ENV, ON_FAILURE, publish_loss
+from ..runtime.survivors import ON_FAILURE_ENV, ON_FAILURE, Loss, publish_loss
 
 # %% auto #0
 __all__ = ['SHUTDOWN_TIMEOUT', 'default_nproc', 'help_text', 'wants_help', 'gpu_devices', 'failure_mode', 'build_args',
@@ -508,13 +508,15 @@ def absorb_losses(pcontext, workers:list)->list:
     """Under `--on-failure continue`: each worker of torchrun's `pcontext` that ended with a non-zero code while
     another of them runs is a change of the job's members, not the run's failure: it leaves the context's running set
     (torchrun's `_poll` would stop every worker at the first failure) and its loss is published for the survivors
-    (`_publish_loss`, in a thread). Returns the `(global rank, code)` absorbed; [] for a context without that set
+    (`_publish_loss`, in a thread); but not a worker whose recorded error says it ends the job (`final_failure`: the
+    survivors' own `SurvivorError`). Returns the `(global rank, code)` absorbed; [] for a context without that set
     (a function's, under `--run-path`)"""
     running = getattr(pcontext, '_running_local_ranks', None)
     if running is None: return []
-    codes, out = exit_codes(pcontext), []
+    codes, out, files = exit_codes(pcontext), [], getattr(pcontext, 'error_files', {})
     for r in sorted(running):
         if codes.get(r) in (None, 0) or not any(c is None for c in codes.values()): continue
+        if files.get(r) and final_failure({r: ProcessFailure(r, 0, codes[r], files[r])}): continue
         running.discard(r)
         out.append((workers[r].global_rank, codes[r]))
         threading.Thread(target=_publish_loss, args=(pcontext.envs[r], *out[-1], time.time()), daemon=True,
@@ -525,11 +527,18 @@ class _Agent(launcher_api.LocalElasticAgent):
     """torchrun's agent, less the restarts after a failure that says a restart cannot change it (`final_failure`),
     with every stopped rank's exit code in a failed run's result (`_stopped_failures`), publishing for their peers
     the exits that torchrun counts as a success (`LauncherView.record_exit`: code 0 without a goodbye, or any code
-    before the worker's first heartbeat), and, when a run fails, its workers' at-records (`copy_at_records`)"""
+    before the worker's first heartbeat), and, when a run fails, its workers' at-records (`copy_at_records`);
+    under `--on-failure continue`, absorbing the workers lost while others run (`absorb_losses`), and naming them in
+    one line when the survivors fail after all"""
     def _monitor_workers(self, worker_group):
+        lost = self.__dict__.setdefault('_lost', [])
         if os.environ.get(ON_FAILURE_ENV) == 'continue' and self._pcontext is not None:
-            absorb_losses(self._pcontext, worker_group.workers)
+            lost += absorb_losses(self._pcontext, worker_group.workers)
         result = super()._monitor_workers(worker_group)
+        if result.is_failed() and lost:
+            words = ', '.join(f"rank {r} ({Loss(r, c, 0.).cause})" for r, c in lost)
+            print(f"distrib.launch: --on-failure continue: the job lost {words} and went on; then the survivors "
+                  f"failed:", file=sys.stderr, flush=True)
         exits = getattr(self, '_exits', None)
         if exits is None or exits.pcontext is not self._pcontext:
             exits = self._exits = _Exits(self._pcontext)

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from torch.utils.data import TensorDataset
 from distrib import Learner, DataLoaders, DistributedDL, Callback, set_seed, current_world
 
-G, N, EPOCHS, KILL = 6, 96, 3, (1, 5)
+G, N, EPOCHS, KILL = int(os.environ.get('SURVIVORS_G', 6)), 96, 3, (1, 5)   # the global batch, for a test
 START = current_world()   # the place this process had when the job started
 
 def data():
