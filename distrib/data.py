@@ -288,6 +288,7 @@ class DistributedDL:
         self._next = ('batch', 0)   # where the next iteration starts: ('batch', k) or ('sample', m)
         self.n, self._own_generator = len(dataset), kwargs.get('generator') is None
         if self.n > _MAX_N: raise ValueError(f"DistributedDL shards up to 2**62 samples, and the dataset has {self.n}")
+        self._kwargs = dict(kwargs)   # the DataLoader's options, for `resharded`
         self.dl = DataLoader(dataset, batch_size=batch_size, sampler=_ShardSampler(self), drop_last=drop_last, **kwargs)
         self._batch_dl = None  # a TensorDataset is read a batch at a time, with the same batches
         if _batch_indexable(dataset, kwargs):
@@ -355,6 +356,16 @@ class DistributedDL:
         # iteration: a generator of our own keeps the global one untouched, so a resumed run's draws continue exactly
         if self._own_generator: dl.generator = torch.Generator().manual_seed(self._worker_seed())
         return iter(dl)
+
+    def resharded(self, rank:int, world_size:int, batch_size:int|None=None)->'DistributedDL':
+        """The same loader (dataset, shuffle, seed, epoch, padding, DataLoader options) over shard `rank` of
+        `world_size`, with `batch_size` samples per batch (default: this one's); its next iteration starts at batch 0.
+        Keeps the global order: batch `k` of every rank covers the positions `k*G ... (k+1)*G-1` of the epoch's order,
+        `G = batch_size * world_size`, on any world size. Raises what `DistributedDL` raises."""
+        dl = type(self)(self.dataset, batch_size=batch_size or self.batch_size, shuffle=self.shuffle, seed=self.seed,
+                        rank=rank, world_size=world_size, pad=self.pad, drop_last=self.drop_last, **self._kwargs)
+        dl.set_epoch(self.epoch)
+        return dl
 
     @classmethod
     def from_dl(cls, dl:DataLoader, rank:int|None=None, world_size:int|None=None, pad:bool=True,

@@ -237,10 +237,33 @@ class Learner(LearnerSaving):
 
     def all_batches(self):
         """Run every batch of `self.dl`, from its `start_batch` for a `DistributedDL` or `IterableShards` resumed
-        mid-epoch; `n_iter` is its length, None for a loader without one (an IterableDataset's)"""
+        mid-epoch; `n_iter` is its length, None for a loader without one (an IterableDataset's). When a training
+        batch raises and a callback's `survive(e)` names a batch (`_go_on`: a lost rank under `--on-failure
+        continue`), the pass goes on from it over the new `dls.train`, after each callback's `world_changed()`"""
         self.n_iter, self._device = _n_batches(self.dl), model_device(self.model)
         start = start_batch_of(self.dl)
-        for i, b in enumerate(self.dl, start): self.one_batch(i, b)
+        while True:
+            try:
+                for i, b in enumerate(self.dl, start): self.one_batch(i, b)
+                return
+            except Exception as e:
+                start = self._go_on(e)
+                if start is None: raise
+                self.dl, self.n_iter = self.dls.train, _n_batches(self.dls.train)   # the survivors' loader
+                for cb in self.cbs:   # what a callback read of the world once per pass, read again
+                    f = getattr(type(cb), 'world_changed', None)
+                    if callable(f): f(cb)
+
+    def _go_on(self, e:Exception)->int|None:
+        """The batch to go on from after `e` left a training batch, when a callback's `survive(e)` gives one (the
+        trainer's after a lost rank under `--on-failure continue`: the world re-formed, the loaders resharded); None:
+        `e` stands"""
+        if not self.training: return None
+        for cb in sorted(self.cbs, key=lambda c: c.order):
+            f = getattr(type(cb), 'survive', None)
+            k = f(cb, e) if callable(f) else None
+            if k is not None: return k
+        return None
 
     def _do_epoch_train(self):
         self.dl, self.training = self.dls.train, True

@@ -235,6 +235,9 @@ class ItemMean(Callback):
         known = (self._ws > 1 and _loss_module(lf) is not None   # a batch-mean loss: nothing to check
                  and _counts_known_equal(self.learn, self.order, self._checked))
         self._known = lf if known else None
+    def world_changed(self):
+        "The world changed in the middle of a training pass (survivors of a lost rank): its size and counts read again"
+        self.before_train()
     def _whole_step(self)->bool:
         "Whether this micro-batch is a whole optimizer step: no accumulation, or a window of one micro-batch"
         ga = getattr(self.learn, 'gradient_accumulation', None)

@@ -110,6 +110,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
     with `learn.to_distributed()` or `learn.distrib_ctx()`. Raises what distrib's raises, and `ValueError` before a
     fit or a pass whose metrics `check_metrics` refuses."""
     run, run_train, run_valid = True, True, True   # fastai reads them; distrib's Callback.__call__ runs the events
+    survives = "fastai's Learner runs its own loop, which does not redo a batch"   # refused (`check_continuable`)
 
     def shard_dls(self, dls, world):
         "A copy of fastai's `dls` whose loaders are `ShardedDL`s: the training loader padded, the others not"

@@ -19,15 +19,18 @@ from ..runtime.errors import ErrorRecord, Failure, root_failure
 from ..runtime.procs import reaping_stopped_children
 from ..runtime.postmortem import LauncherView
 from .store import LaunchError, listen_socket, localhost_store
+from ..runtime.survivors import ON_FAILURE_ENV, ON_FAILURE, Loss, publish_loss
 
 # %% auto #0
-__all__ = ['SHUTDOWN_TIMEOUT', 'default_nproc', 'help_text', 'wants_help', 'gpu_devices', 'build_args', 'check_values',
-           'cpu_warning', 'local_store', 'run_log_dir', 'failures', 'failure_summary', 'distinct_tracebacks',
-           'torchrun_logs', 'waiting_line', 'store_hint', 'final_failure', 'exit_codes', 'main']
+__all__ = ['SHUTDOWN_TIMEOUT', 'default_nproc', 'help_text', 'wants_help', 'gpu_devices', 'failure_mode', 'build_args',
+           'check_values', 'cpu_warning', 'local_store', 'run_log_dir', 'failures', 'failure_summary',
+           'distinct_tracebacks', 'torchrun_logs', 'waiting_line', 'store_hint', 'final_failure', 'exit_codes',
+           'absorb_losses', 'main']
 
 # %% ../../nbs/39_launch.cli.ipynb #2a8e9aff
 _USAGE = "usage: python -m distrib.launch [options] script.py [script args]   (or: [options] -m module [args])"
-_OWN = {'--gpus': True, '--verbose': False, '-v': False}  # distrib's options: whether each takes a value
+_OWN = {'--gpus': True, '--verbose': False, '-v': False, '--on-failure': True, '--on_failure': True}  # distrib's
+# options: whether each takes a value
 SHUTDOWN_TIMEOUT = 5  # seconds a worker has to end after the stop signal before it is killed
 
 def default_nproc()->int:
@@ -47,6 +50,13 @@ Options (before the script; everything after the script goes to the script):
                       Default: one per visible GPU, else 2 CPU processes ({here})
   --gpus 0,1          use these GPUs only (sets CUDA_VISIBLE_DEVICES); the default process count
                       is then one per GPU listed
+  --on-failure MODE   what the job does when a rank is lost (an exit, a signal):
+                      stop: the job ends, naming the rank (the default without --max_restarts);
+                      restart: torchrun stops every rank and starts them again, up to --max_restarts
+                      times (default 3), and a Checkpoint resumes them exactly;
+                      continue: the other ranks go on in their own processes, re-form the group and
+                      redo the step in flight with the global batch re-sharded over them (one node, gloo,
+                      DDP; DISTRIB_ALLOW_BATCH_CHANGE=1 lets a world that cannot keep it shrink it)
   -v, --verbose       also print torchrun's own log lines (rendezvous, signals, exit codes)
   -h, --help          show this help and exit
 
@@ -151,6 +161,36 @@ def _cuda_count()->int:
 
 _NPROC_WORDS = ('auto', 'cpu', 'gpu', 'xpu')  # torchrun's non-numeric --nproc_per_node values
 
+def failure_mode(mode:str|None, # `--on-failure`'s value; None when not given
+                 opts:list,      # the launcher's other options (torchrun's), changed in place
+                 direct:bool=False, # the script runs without distrib's worker (--no-python, --run-path)
+                )->str:          # 'stop', 'restart' or 'continue'
+    """Check `--on-failure mode` against torchrun's options `opts`, add `--max_restarts 3` for `restart` without one,
+    and set `DISTRIB_ON_FAILURE` for the workers (`continue` also sets `DISTRIB_LIVENESS_TIMEOUT=0`: the heartbeat
+    layer ends a rank whose peer is gone). Default: `restart` with `--max_restarts` above 0, else `stop`. Raises
+    `LaunchError` for another value, for `stop` or `continue` with restarts, and for `continue` over several nodes or
+    without distrib's worker."""
+    restarts = _pop_opt(list(opts), ('--max_restarts', '--max-restarts'))
+    many = restarts is not None and restarts.isdigit() and int(restarts) > 0
+    mode = (mode or ('restart' if many else 'stop')).strip().lower()
+    if mode not in ON_FAILURE:
+        raise LaunchError(f"--on-failure {mode}: expected one of {', '.join(ON_FAILURE)}")
+    if mode != 'restart' and many:
+        raise LaunchError(f"--on-failure {mode} with --max_restarts {restarts}: a restart is --on-failure restart; "
+                          f"leave --max_restarts out, or choose --on-failure restart")
+    if mode == 'restart' and restarts is None: opts += ['--max_restarts', '3']
+    if mode == 'continue':
+        nnodes = _pop_opt(list(opts), ('--nnodes',)) or '1'
+        if nnodes not in ('1', '1:1'):
+            raise LaunchError(f"--on-failure continue with --nnodes {nnodes}: it keeps the ranks of one node going "
+                              f"(a lost node takes its agent, and maybe the store); across nodes use --on-failure "
+                              f"restart with a Checkpoint")
+        if direct:
+            raise LaunchError("--on-failure continue needs distrib's worker, which --no-python and --run-path skip")
+        os.environ['DISTRIB_LIVENESS_TIMEOUT'] = '0'
+    os.environ[ON_FAILURE_ENV] = mode
+    return mode
+
 def build_args(argv:list)->list:
     """torchrun's argv for `distrib.launch` arguments `argv`: defaults filled in, the script run through
     `distrib.launch.worker`, distrib's own options removed; also sets `CUDA_VISIBLE_DEVICES` (for `--gpus`),
@@ -164,6 +204,7 @@ def build_args(argv:list)->list:
     is_module = any(o in ('-m', '--module') for o in opts)
     direct = {'--no-python', '--no_python', '--run-path', '--run_path'} & {o.split('=')[0] for o in opts}
     if not is_module and not {'--no-python', '--no_python'} & direct: _check_script(cmd[0])
+    failure_mode(_pop_opt(opts, ('--on-failure', '--on_failure')), opts, bool(direct))
     gpus = _pop_opt(opts, ('--gpus',))
     if gpus is not None:
         os.environ['CUDA_VISIBLE_DEVICES'] = gpu_devices(gpus, _cuda_count(), os.environ.get('CUDA_VISIBLE_DEVICES'))
@@ -454,13 +495,50 @@ class _Exits:
         end = time.monotonic() + timeout
         for t in self.threads: t.join(max(end - time.monotonic(), 0.))
 
+def _publish_loss(env:dict, rank:int, code:int, t:float):
+    """Publish (`publish_loss`) that the worker of environment `env` (torchrun's), global rank `rank`, ended with
+    `code` at `t` while others run, in the job's store at its `MASTER_ADDR:MASTER_PORT`; nothing when that store
+    cannot be reached (the survivors then find no notice, and their error stands)"""
+    try:
+        store, attempt = LauncherView.client(env)
+        publish_loss(store, attempt, rank, code, t)
+    except (*LauncherView.STORE_ERRORS, KeyError): pass  # no store: the survivors' wait for a notice ends, then the job
+
+def absorb_losses(pcontext, workers:list)->list:
+    """Under `--on-failure continue`: each worker of torchrun's `pcontext` that ended with a non-zero code while
+    another of them runs is a change of the job's members, not the run's failure: it leaves the context's running set
+    (torchrun's `_poll` would stop every worker at the first failure) and its loss is published for the survivors
+    (`_publish_loss`, in a thread); but not a worker whose recorded error says it ends the job (`final_failure`: the
+    survivors' own `SurvivorError`). Returns the `(global rank, code)` absorbed; [] for a context without that set
+    (a function's, under `--run-path`)"""
+    running = getattr(pcontext, '_running_local_ranks', None)
+    if running is None: return []
+    codes, out, files = exit_codes(pcontext), [], getattr(pcontext, 'error_files', {})
+    for r in sorted(running):
+        if codes.get(r) in (None, 0) or not any(c is None for c in codes.values()): continue
+        if files.get(r) and final_failure({r: ProcessFailure(r, 0, codes[r], files[r])}): continue
+        running.discard(r)
+        out.append((workers[r].global_rank, codes[r]))
+        threading.Thread(target=_publish_loss, args=(pcontext.envs[r], *out[-1], time.time()), daemon=True,
+                         name='distrib-loss').start()
+    return out
+
 class _Agent(launcher_api.LocalElasticAgent):
     """torchrun's agent, less the restarts after a failure that says a restart cannot change it (`final_failure`),
     with every stopped rank's exit code in a failed run's result (`_stopped_failures`), publishing for their peers
     the exits that torchrun counts as a success (`LauncherView.record_exit`: code 0 without a goodbye, or any code
-    before the worker's first heartbeat), and, when a run fails, its workers' at-records (`copy_at_records`)"""
+    before the worker's first heartbeat), and, when a run fails, its workers' at-records (`copy_at_records`);
+    under `--on-failure continue`, absorbing the workers lost while others run (`absorb_losses`), and naming them in
+    one line when the survivors fail after all"""
     def _monitor_workers(self, worker_group):
+        lost = self.__dict__.setdefault('_lost', [])
+        if os.environ.get(ON_FAILURE_ENV) == 'continue' and self._pcontext is not None:
+            lost += absorb_losses(self._pcontext, worker_group.workers)
         result = super()._monitor_workers(worker_group)
+        if result.is_failed() and lost:
+            words = ', '.join(f"rank {r} ({Loss(r, c, 0.).cause})" for r, c in lost)
+            print(f"distrib.launch: --on-failure continue: the job lost {words} and went on; then the survivors "
+                  f"failed:", file=sys.stderr, flush=True)
         exits = getattr(self, '_exits', None)
         if exits is None or exits.pcontext is not self._pcontext:
             exits = self._exits = _Exits(self._pcontext)

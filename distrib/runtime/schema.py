@@ -172,6 +172,12 @@ class JobStore:
         return f"distrib/liveness/{restart_count}/"
 
     @staticmethod
+    def survivors_prefix(restart_count:int)->str:
+        """The prefix of the survivors' keys in attempt `restart_count` (`distrib.strategies.survivors`: the losses the
+        launcher publishes, each generation's agreement and its process group's store)"""
+        return f"distrib/survive/{restart_count}/"
+
+    @staticmethod
     def group_prefix(restart_count:int, # the attempt (torchrun's TORCHELASTIC_RESTART_COUNT)
                      n:int,             # the process groups this process created so far, this one included
                     )->str:             # the prefix of the group's `PrefixStore`

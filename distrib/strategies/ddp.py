@@ -20,6 +20,8 @@ from ..data import DataLoaders, DistributedDL, IterableShards
 from ..loop import is_sharded, check_loop
 from ..callback.core import Callback
 from ..model import model_device, move_model, is_compiled, unwrap_model
+from ..runtime.survivors import on_failure
+from .survivors import survivors, check_continuable, go_on
 from .preflight import preflight_check, check_models, check_loader
 from .compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets
 
@@ -184,6 +186,7 @@ class DistributedTrainer(Callback):
         self.device, self.sync_bn, self.ddp_kwargs, self.swapped = device, sync_bn, ddp_kwargs, []
         self.comm_hook, self.comm_hook_state, self.compile, self.compiled = comm_hook, comm_hook_state, compile, []
         self.model = self.inner = self.dls = self.world = self.wrapped = None
+        self.survivors, self.n_steps, self.step_at, self.backend = None, 0, None, None
 
     def _compile_options(self, model:nn.Module)->dict|None:
         "The torch.compile options of this wrap: `compile`'s, or `{}` for a model compiled by the user"
@@ -274,6 +277,11 @@ class DistributedTrainer(Callback):
         for the straggler check (`StepTimer`, unless `DISTRIB_STRAGGLER_STEPS` or `DISTRIB_STRAGGLER_RATIO` is 0)"""
         timer = StepTimer.from_env(model_device(self.wrapped).type == 'cuda')  # its settings' errors first
         preflight_check(self.learn)
+        self.n_steps, self.step_at = 0, None
+        if on_failure() == 'continue':  # --on-failure continue: refused up front when it cannot go on (`go_on`)
+            self.backend = dist.get_backend_config()
+            check_continuable(self)
+            self.survivors = survivors()
         self.in_fit = True
         rank_state().here.timer = timer if self.time_steps else None
     def after_fit(self): self.in_fit = False; rank_state().here.timer = None
@@ -293,6 +301,30 @@ class DistributedTrainer(Callback):
         if rank_state().here.timer is not None: rank_state().here.timer.after_backward()
         if getattr(self.learn.model, 'require_backward_grad_sync', True): mark_queued(**self.backward_collective)
 
+
+    def after_step(self):
+        "An optimizer step completed: counted, with its place, for the survivors' agreement after a lost rank"
+        self.n_steps, self.step_at = self.n_steps + 1, (self.learn.epoch, self.learn.iter)
+
+    survives = True  # DDP's survivors hold the whole state: they can go on after a lost rank (`go_on`); else why not
+
+    def survive(self, e:BaseException)->int|None:
+        """The loop's question after `e` left a training batch: the batch of the epoch to go on from, when `e` came
+        from a lost rank under `--on-failure continue` and the survivors re-formed the world (`go_on`); else None"""
+        return go_on(self, e) if self.survivors is not None and self.in_fit else None
+
+    def rewire(self, batch_size:int):
+        """Wrap the model again in the world of the default group (re-formed by `go_on`), with every loader resharded
+        over it (`DistributedDL.resharded`), the training one with `batch_size` samples per rank; the loaders the
+        Learner had before `wrap` are still the ones `unwrap` gives back"""
+        learn, originals, timer, world = self.learn, self.dls, rank_state().here.timer, current_world()
+        new = DataLoaders(*[dl.resharded(world.rank, world.world_size, batch_size if i == 0 else None)
+                            for i, dl in enumerate(learn.dls.loaders)])
+        self.unwrap()
+        learn.dls = new
+        self.wrap()
+        self.dls, self.in_fit = originals, True
+        rank_state().here.timer = timer
 
     def after_batch(self):
         "The end of a training step, for the straggler check's timer"

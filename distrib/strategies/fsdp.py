@@ -199,6 +199,7 @@ class FSDPTrainer(DistributedTrainer):
     below 1, an unknown dtype, or a `param_dtype` other than the `MixedPrecision` callback's.
     """
     time_steps = False  # no straggler check: the forward's all-gathers wait for the other ranks
+    survives = "FSDP shards the model, and a lost rank's shards are gone"   # refused (`check_continuable`)
     forward_collective = "FSDP's all-gathers of the forward"  # what NCCL may leave queued on the GPU
     backward_collective = dict(name="FSDP's reduce-scatter of gradients")
 

@@ -1,0 +1,69 @@
+"""Lose a rank, go on in the same processes (issue 50): `python -m distrib.launch --on-failure continue
+--nproc_per_node 3 survivors.py job DIR LOSS VICTIM`, or `python survivors.py ref DIR LOSS` (one process, the
+reference). LOSS: `mean` (`F.mse_loss`, a batch mean) or `items` (the same as a sum and a count over items: the
+`ItemMean` callback then all-reduces each step's count, over the world of the moment).
+
+The data: 96 samples (a multiple of 1, 2, 3 and 6: no padding), a global batch of 6 (each rank reads `6 // W`), 16
+steps per epoch, 3 epochs of Adam on a small MLP without dropout. In `job`, rank VICTIM (its rank when the job
+started) prints `KILL_AT <time>` and SIGKILLs itself before the backward of batch 5 of epoch 1; every rank writes
+`STEP <pid> <epoch> <batch> <time>` in DIR/steps<start rank>.txt after each optimizer step; at the end the rank 0
+of the last world writes DIR/weights.pt and prints `DONE`. `ref` writes DIR/ref-LOSS.pt: the same fit in one process
+with the whole global batch.
+"""
+import os, signal, sys, time
+from pathlib import Path
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import TensorDataset
+from distrib import Learner, DataLoaders, DistributedDL, Callback, set_seed, current_world
+
+G, N, EPOCHS, KILL = int(os.environ.get('SURVIVORS_G', 6)), 96, 3, (1, 5)   # the global batch, for a test
+START = current_world()   # the place this process had when the job started
+
+def data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(N, 8, generator=g)
+    return TensorDataset(x, x @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(N, 1, generator=g))
+
+class Epochs(Callback):
+    "The training loader reads each epoch's order (`DistributedTrainer` does it under `distrib_ctx`)"
+    def before_epoch(self): self.learn.dls.train.set_epoch(self.learn.epoch)
+
+class Steps(Callback):
+    "Writes each optimizer step; the victim SIGKILLs itself before the backward of batch KILL"
+    def __init__(self, victim, d):
+        self.victim, self.f = victim, open(d/f'steps{START.rank}.txt', 'w', buffering=1)
+    def before_backward(self):
+        if START.rank == self.victim and (self.learn.epoch, self.learn.iter) == KILL and self.learn.world is not None:
+            print(f"KILL_AT {time.time()}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    def after_step(self):
+        self.f.write(f"STEP {os.getpid()} {self.learn.epoch} {self.learn.iter} {time.time()}\n")
+        time.sleep(0.05)   # the steps last: the kill lands in the middle of the epoch
+
+def sum_and_count(pred, y): return F.mse_loss(pred, y, reduction='sum'), y.numel()
+
+def learner(world_size:int, loss:str, victim:int|None=None, d:Path|None=None)->Learner:
+    set_seed(0)
+    ds = data()
+    rank = 0 if world_size == 1 else START.rank
+    train = DistributedDL(ds, batch_size=G // world_size, shuffle=True, seed=1, rank=rank, world_size=world_size)
+    valid = DistributedDL(ds, batch_size=16, rank=rank, world_size=world_size, pad=False)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    cbs = [Epochs()] if victim is None else [Steps(victim, d)]
+    return Learner(DataLoaders(train, valid), model, F.mse_loss if loss == 'mean' else sum_and_count, lr=1e-2, cbs=cbs)
+
+if __name__ == '__main__':
+    mode, d, loss = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    if mode == 'ref':
+        learn = learner(1, loss)
+        learn.fit(EPOCHS)
+        torch.save(learn.model.state_dict(), d/f'ref-{loss}.pt')
+    else:
+        learn = learner(START.world_size, loss, int(sys.argv[4]), d)
+        with learn.distrib_ctx(backend='gloo'):
+            learn.fit(EPOCHS)
+            if current_world().rank == 0:
+                torch.save(learn.model.module.state_dict(), d/'weights.pt')
+                print(f"DONE world {current_world().world_size}", flush=True)
