@@ -362,8 +362,10 @@ class DistributedDL:
         "Number of the next iteration's first batch in the epoch: 0 unless `start_batch` was set or `start_at` called"
         kind, v = self._next
         if kind == 'batch': return v
-        rest = max(self.n_shard - v, 0)
-        return len(self) - (rest // self.batch_size if self.drop_last else math.ceil(rest / self.batch_size))
+        # the batches left: of this rank's shard, or, in the global layout, of the global batches left (every rank's)
+        rest, B = (max(self.n - v*self.world_size, 0), self.world_size*self.batch_size) if self.even else (
+            max(self.n_shard - v, 0), self.batch_size)
+        return len(self) - (rest // B if self.drop_last else math.ceil(rest / B))
     @start_batch.setter
     def start_batch(self, k:int): self._next = ('batch', k)
 

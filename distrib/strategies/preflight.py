@@ -97,7 +97,7 @@ def preflight_check(learn:Learner):
     """Raise the same `RuntimeError` on every rank when the ranks disagree on what `learn.fit` will run (the
     number of loaders, batches, dataset lengths, batch sizes, shuffle, seed, drop_last and padding, the model's
     parameters and their dtypes, the loss function, the optimizer and its hyper-parameters, the callbacks, metrics
-    and epochs), and `ValueError` for a padded training set smaller than the world size; a no-op without a process group.
+    and epochs), and `ValueError` for a padded training set smaller than the world size; no-op without a process group.
     Every rank must call it (`DistributedTrainer.before_fit` does): one `all_reduce` of two int64 per rank."""
     if not pg_initialized() or dist.get_world_size() == 1: return
     fields, ws = _preflight_fields(learn), dist.get_world_size()
