@@ -49,10 +49,12 @@ def run(n, loss, train_dl=None, cbs=(), ref_cbs=(), ignored=False, epochs=2, bs=
     valid = DataLoader(TensorDataset(x[:5], y[:5]), batch_size=5)
     train = train_dl or DataLoader(TensorDataset(x, y), batch_size=bs, shuffle=True)
     learn = Learner(DataLoaders(train, valid), model(), loss, opt_func=torch.optim.SGD, lr=0.1, cbs=list(cbs))
+    learn.progress.enabled = False
     with learn.distrib_ctx(**ctx): learn.fit(epochs)
     one = Learner(DataLoaders(DistributedDL(TensorDataset(x, y), batch_size=W*bs, shuffle=True, rank=0, world_size=1),
                               valid), model(), loss, opt_func=torch.optim.SGD, lr=0.1, independent=True,
                   cbs=list(ref_cbs))
+    one.progress.enabled = False
     one.fit(epochs, cbs=SetEpoch())
     dw = max(rel(p.detach(), q.detach()) for p, q in zip(learn.model.parameters(), one.model.parameters()))
     dl = max(abs(a[0] - b[0])/abs(b[0]) for a, b in zip(learn.recorder.values, one.recorder.values))
