@@ -224,9 +224,9 @@ class Rank:
         for k in JobStore.COUNTERS: store.put(k, 0)
         self.dog.halt.set()  # `end` and `linger` return at once instead of waiting for the main thread
         st = rank_state()
-        st.world, st.main, st.dog = self.world, self.main, self.dog
-        st.announce = liveness._local_at_record(self.world)  # as `start_liveness` sets it under distrib.launch
-        st.checks, st.group, st.colls = (stalls._watch, stragglers.watch_stragglers), 'joined', 7
+        st.job.world, st.job.store, st.job.dog = self.world, self.main, self.dog
+        st.job.announce = liveness._local_at_record(self.world)  # as `start_liveness` sets it under distrib.launch
+        st.job.checks, st.here.group, st.here.colls = (stalls._watch, stragglers.watch_stragglers), 'joined', 7
         self.ended = None
     def tick(self):
         "The watchdog's tick (its exception, had it one: the thread would count the store unreachable)"
@@ -307,7 +307,7 @@ def training(W:int, me:int=1)->dict:
     r = Run(W, me)
     learn = FakeLearn(**training_pos(0))
     position.track(learn)
-    rank_state().timer = Full()
+    rank_state().here.timer = Full()
     def steps(run):
         learn.iter += 10  # ten steps a second
         run.ranks.at(range(W), training_pos(learn.iter))
@@ -324,7 +324,7 @@ def training_collectives(W:int, me:int=1)->dict:
     r = Run(W, me)
     learn = FakeLearn(**training_pos(0))
     position.track(learn)
-    rank_state().timer = Full()
+    rank_state().here.timer = Full()
     def steps(run):
         for _ in range(PER_BATCH):
             learn.iter += 1
@@ -345,7 +345,7 @@ def collective_wait(W:int)->dict:
     "Rank 1 waits in all_reduce_sum (past the deadlock hold) while rank 0 is in a declared long phase"
     r = Run(W, 1)
     r.ranks.at([0], phase_pos()); r.ranks.at(range(2, W), coll_pos())
-    rank_state().colls = 6
+    rank_state().here.colls = 6
     with position.doing('collective', 'all_reduce_sum'): r.run(WARM + SPAN)
     return r.rate(WARM, WARM + SPAN)
 
@@ -527,7 +527,7 @@ def agent_copy(W:int)->dict:
         for q in range(NODE):
             reset_rank_state()
             rec = liveness._AtRecord(JobStore.at_record_path(d, q))
-            rank_state().announce = rec
+            rank_state().job.announce = rec
             with position.doing('collective', 'all_reduce_sum'): pass
             rec.close()
         reset_rank_state()

@@ -4,7 +4,7 @@
 
 # %% ../nbs/11_data.ipynb #06ceb2a2
 from __future__ import annotations
-import math, itertools, hashlib
+import math, itertools, hashlib, numbers, os, zlib
 import torch
 import torch.distributed as dist
 from torch.utils.data import (DataLoader, IterableDataset, RandomSampler, SequentialSampler, BatchSampler,
@@ -13,7 +13,8 @@ from .runtime.world import current_world, pg_initialized
 from .runtime.collectives import comm_device
 
 # %% auto #0
-__all__ = ['index_shuffle', 'ShardIdxs', 'shard_idxs', 'DistributedDL', 'iter_shard', 'IterableShards', 'DataLoaders', 'find_bs']
+__all__ = ['index_shuffle', 'ShardIdxs', 'shard_idxs', 'DistributedDL', 'iter_shard', 'IterableShards', 'DataLoaders', 'find_bs',
+           'items_fingerprint']
 
 # %% ../nbs/11_data.ipynb #c1a7f3e1
 _M32 = 0xFFFFFFFF   # the round function works on 32-bit words held in int64 tensors
@@ -533,4 +534,50 @@ def find_bs(b)->int:
         if isinstance(o, torch.Tensor): return o.shape[0] if o.dim() else 1
         if isinstance(o, (list, tuple)) and o: return find_bs(o)
     return 1
+
+
+# %% ../nbs/11_data.ipynb #f1b590de
+_NAMED = (str, bytes, numbers.Number, os.PathLike, type(None))   # items that name themselves: paths, labels, indices
+_KEYS_CHUNK = 65536   # items joined at once: the fingerprint's memory stays bounded for any dataset
+
+def _named(x)->bool: return isinstance(x, _NAMED) or (isinstance(x, tuple) and all(isinstance(v, _NAMED) for v in x))
+
+def _keys_crc(keys, crc:int=0)->int|None:
+    """CRC32 (zlib's, continued from `crc`) of the sequence `keys`: an integer array's bytes, a `range`'s bounds,
+    else each key's `str`; None when a key is not a name, a number or a tuple of them"""
+    if isinstance(keys, range): return zlib.crc32(repr(keys).encode(), crc)
+    if isinstance(keys, torch.Tensor): keys = keys.tolist()
+    elif getattr(getattr(keys, 'dtype', None), 'kind', None) in ('i', 'u'):   # a NumPy integer array: its bytes
+        return zlib.crc32(keys.astype('int64').tobytes(), crc)
+    try: it = iter(keys)
+    except TypeError: return None
+    for chunk in itertools.batched(it, _KEYS_CHUNK) if hasattr(itertools, 'batched') else _batched(it):
+        if not all(_named(x) for x in chunk): return None
+        crc = zlib.crc32(('\x1f'.join(map(str, chunk)) + '\x1e').encode(), crc)
+    return crc
+
+def _batched(it):
+    "`itertools.batched(it, _KEYS_CHUNK)` for Python < 3.12"
+    while chunk := tuple(itertools.islice(it, _KEYS_CHUNK)): yield chunk
+
+def items_fingerprint(dataset)->int|None:
+    """A CRC32 of which items `dataset` holds, in its order, from their indices or names, not from the data: the
+    `indices` of a `torch.utils.data.Subset` (of a Subset ...), then the dataset's `items` when it has them (fastai's
+    `Datasets`, `TfmdLists`, `TabularPandas`), its index when it is a DataFrame (fastai's tabular `items`: the row
+    labels of the split), else the dataset itself when it is a list, tuple or range. Items that are paths, strings,
+    numbers or tuples of them are read (their `str`); when they are something else (tensors, arrays) or the dataset
+    has no such attribute, the subsets' indices alone, or None without a subset: the ranks then compare its length.
+    Reads every index once: O(len(dataset)) time, O(1) memory beyond the dataset's own; ranks holding the same items
+    in the same order get the same value"""
+    crc, d, subset = 0, dataset, False
+    while hasattr(d, 'dataset') and isinstance(getattr(d, 'indices', None), (list, tuple, range, torch.Tensor)):
+        crc = _keys_crc(d.indices, crc)
+        if crc is None: return None
+        d, subset = d.dataset, True
+    items = getattr(d, 'items', None)
+    keys = d if callable(items) or items is None else items   # a DataFrame's `items` is its method
+    if hasattr(getattr(keys, 'index', None), 'to_numpy'): keys = keys.index.to_numpy()   # a DataFrame: its rows' labels
+    elif keys is d and not isinstance(d, (list, tuple, range)): return crc if subset else None
+    out = _keys_crc(keys, crc)
+    return crc if out is None and subset else out
 

@@ -33,11 +33,15 @@ class AvgMetric(Metric):
     AvgMetric). `total` is the float64 sum of `func(...)*bs` (of the sums) since `reset`, `count` the number of
     samples (of items: an int, or a float for weighted items)."""
     def __init__(self, func): self.func = func
-    def reset(self): self.total, self.count = torch.zeros((), dtype=torch.float64), 0
+    def reset(self): self._total, self._host, self.count = None, 0., 0   # no tensor yet: the first batch's device
+    def _device_sum(self)->torch.Tensor:
+        "The sum kept as a tensor (on the batches' device): a CPU float64 zero before any"
+        return torch.zeros((), dtype=torch.float64) if self._total is None else self._total
     @property
     def total(self)->torch.Tensor:
         "Sum of `func(pred, *yb)*bs` (or of the sums) over the batches since `reset`: a float64 0-d tensor"
-        return self._total + self._host if self._host else self._total
+        t = self._device_sum()
+        return t + self._host if self._host else t
     @total.setter
     def total(self, t:torch.Tensor): self._total, self._host = t, 0.
     @property
@@ -56,13 +60,15 @@ class AvgMetric(Metric):
             bs = self._samples(learn)
             if not bs: return   # an empty batch (a rank's share of a step), whose mean is NaN
             if v.is_cpu and v.numel() == 1: self._host += v.item()*bs  # CPU: no device to wait for
-            else: self._total = self._total.to(v.device) + v.detach().double()*bs
+            else: self._add(v.detach().double()*bs)
             self._count += bs
         elif v.is_cpu and n.is_cpu: self._host += v.item(); self._count += n.item()
         else:   # kept on the device (`count_dtype`) until `value`, `sync` or `state_dict` reads them
-            dt = count_dtype(v.device)
-            self._total = self._total.to(v.device, dt) + v.detach().to(dt)
+            self._add(v.detach().to(count_dtype(v.device)))
             self._dcount = n if self._dcount is None else self._dcount + n
+    def _add(self, v:torch.Tensor):
+        "Add `v` (0-d, on the batch's device) to the sum kept there: a copy of the first batch's value starts it"
+        self._total = v.clone() if self._total is None else self._total.to(v.device, v.dtype) + v
     def sync(self, dl=None):
         "Sum `total` and `count` over all ranks (one all-reduce); every rank must call it"
         t = all_reduce_sum(torch.stack([self.total.cpu().double(), torch.tensor(self.count, dtype=torch.float64)]))
@@ -74,7 +80,7 @@ class AvgMetric(Metric):
     def name(self)->str: return getattr(self.func, 'func', self.func).__name__
     def state_dict(self)->dict:
         "The running sums and count since `reset`, exactly as they are (a pass resumed by `Checkpoint` continues them)"
-        return {'total': self._total.cpu(), 'host': self._host, 'count': self.count}
+        return {'total': self._device_sum().cpu(), 'host': self._host, 'count': self.count}
     def load_state_dict(self, state:dict):
         "Continue from `state`, as `state_dict` returned it"
         self._total, self._host, self.count = state['total'], state['host'], state['count']

@@ -7,6 +7,9 @@ from conftest import launch, report, SCRIPTS
 CASES = {  # case of disagree.py: (exception type, words of the message)
     'len_dl': ('RuntimeError', ['disagree', 'training batches per rank: rank 0: 4, rank 1: 3',
                                 'dataset length of each loader: rank 0: [64, 16], rank 1: [48, 16]']),
+    'split': ('RuntimeError', ['disagree on what fit will run', 'items of each loader (CRC32 of their indices or '
+                               'names): rank 0: [', 'Seed your splitter: RandomSplitter(seed=...) or set_seed(...)',
+                               'random_split(..., generator=torch.Generator().manual_seed(...))']),
     'params': ('RuntimeError', ['disagree on the model', 'parameter tensors: rank 0: 2, rank 1: 4']),
     'grown': ('RuntimeError', ['disagree', 'model parameter tensors: rank 0: 2, rank 1: 4', 'model parameter elements: rank 0: 4, rank 1: 10']),
     'epochs': ('RuntimeError', ['disagree', 'epochs (start_epoch, n_epoch): rank 0: [0, 1], rank 1: [0, 2]']),
@@ -32,7 +35,7 @@ def test_bad_setups_fail_on_every_rank():
     """Ranks that disagree before training (len(dl), parameters, epochs, a callback on one rank only) or would
     diverge silently (a learning rate, optimizer, loss function, shuffle or parameter dtype of their own;
     validate/get_preds on loaders of different lengths), a training set smaller than the world, distrib_ctx
-    nested, a CUDA device without a GPU; and a cancel on every rank, or rank 0 alive in a declared long phase past
+    nested, a CUDA device without a GPU, a random split drawn on each rank (the fix, a seed, named); and a cancel on every rank, or rank 0 alive in a declared long phase past
     the timeout, which are no faults: each raises the same clear error on both ranks at the start, in one job
     that goes on to the next case (so none of them hung, and none aborted the process)"""
     cases = {k: v for k, v in CASES.items() if k != 'cuda' or not torch.cuda.is_available()}  # 'cuda': no GPU here

@@ -37,6 +37,9 @@ def test_same_weights_as_ddp_options(out2, blocks):
 
 def test_exact_metrics_and_get_preds(out): assert checked(out, 'metrics_get_preds'), out
 def test_memory_is_1_over_W(out): assert checked(out, 'memory_1_over_W'), out
+def test_whole_model_held_on_rank0_only(out):
+    "During the sharded fit the Learner's own model and Adam state take memory on rank 0 only (issue 49)"
+    assert checked(out, 'whole_model_rank0_only'), out
 
 def test_gradient_accumulation(out2):
     for name in ['single_auto_sync', 'multi_auto_sync', 'forced_sync_refused']:
@@ -55,7 +58,8 @@ def test_checkpoints(out):
         assert checked(out, name), out
 
 def test_bad_options(out2):
-    for name in ['comm_hook', 'shard_class', 'strategy', 'min_params']: assert checked(out2, f'bad_option_{name}'), out2
+    for name in ['comm_hook', 'shard_class', 'strategy', 'min_params', 'cpu_offload_without_gloo']:
+        assert checked(out2, f'bad_option_{name}'), out2
 
 @pytest.mark.slow
 def test_sharded_checkpoint_reshards_2_to_3(out3): assert checked(out3, 'reshard_2_to_3'), out3

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from ..state import sharding_types
 from ..runtime.position import doing
+from ..runtime.group import group_backend
 from .core import Callback
 
 # %% auto #0
@@ -24,8 +25,9 @@ def clip_grad_norm_(parameters,                 # parameters (or one tensor) who
     """Scale the gradients of `parameters` so that their total `norm_type`-norm is at most `max_norm`, as
     `torch.nn.utils.clip_grad_norm_` (whose rule it follows: coefficient `max_norm/(norm + 1e-6)`, at most 1), also
     when they are sharded across ranks (FSDP's `DTensor` gradients, empty shards included): the norm is over the
-    whole gradients, the same on every rank. Raises `RuntimeError` for a non-finite norm with
-    `error_if_nonfinite`."""
+    whole gradients, the same on every rank. The all-reduce runs where the group has a backend for the gradients'
+    device (CPU-offloaded shards under `backend='nccl'` alone: on the current GPU). Raises `RuntimeError` for a
+    non-finite norm with `error_if_nonfinite`."""
     ps = [parameters] if torch.is_tensor(parameters) else list(parameters)
     grads = [p.grad for p in ps if p.grad is not None]
     DTensor = sharding_types()[1]   # None until torch.distributed.tensor is imported: nothing is sharded
@@ -35,20 +37,23 @@ def clip_grad_norm_(parameters,                 # parameters (or one tensor) who
     group = grads[sharded.index(True)].device_mesh.get_group()
     parts = [(g.to_local() if s else g, s) for g, s in zip(grads, sharded)]
     device = parts[0][0].device
+    # where the group reduces: the gradients' device, or the GPU for CPU shards of a group without gloo (NCCL alone)
+    on = device if group_backend(device.type, group) is not None else torch.device('cuda', torch.cuda.current_device())
     if math.isinf(norm_type):
         total = torch.stack([l.abs().max().float() for l, _ in parts if l.numel()] + [torch.zeros((), device=device)])
-        total = total.max()
+        total = total.max().to(on)
         # the watchdog sees where a rank waits
         with doing('collective', "clip_grad_norm_'s all_reduce (max)", device=total.device):
             dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
+        total = total.to(device)
     else:
         def psum(sharded): return sum((l.float().abs().pow(norm_type).sum() for l, s in parts if s == sharded),
                                       torch.zeros((), device=device))
-        shards = psum(True)
+        shards = psum(True).to(on)
         # the shards' sums; a whole gradient once
         with doing('collective', "clip_grad_norm_'s all_reduce (sum)", device=shards.device):
             dist.all_reduce(shards, group=group)
-        total = (shards + psum(False)) ** (1/norm_type)
+        total = (shards.to(device) + psum(False)) ** (1/norm_type)
     if error_if_nonfinite and not torch.isfinite(total):
         raise RuntimeError(f"The total norm of order {norm_type} of the gradients is non-finite ({total.item()}), so "
                            "it cannot be clipped; pass error_if_nonfinite=False to skip this check")

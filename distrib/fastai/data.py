@@ -4,12 +4,15 @@
 
 # %% ../../nbs/44a_fastai.data.ipynb #827694be
 from __future__ import annotations
-import math
+import itertools, math, random, sys
+from contextlib import contextmanager
 from operator import attrgetter
+import numpy as np
 import torch
+from fastcore.basics import chunked
 try:
     from fastai.data.core import TfmdDL
-    from fastai.data.load import _FakeLoader   # fastai's own DistributedDL builds its loader on it too
+    from fastai.data.load import DataLoader, _FakeLoader   # fastai's DistributedDL builds its loader on it too
     from fastai.torch_core import to_detach
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
@@ -20,6 +23,46 @@ from ..data import shard_idxs
 __all__ = ['ShardedDL', 'DistributedDL']
 
 # %% ../../nbs/44a_fastai.data.ipynb #ca012a1a
+def _own_order(dl)->bool:
+    """Whether fastai `DataLoader` `dl` orders its items itself: its class has a `get_idxs` or a `shuffle_fn` of its
+    own (fastai's `SortedDL`, `LMDataLoader`, `WeightedDL`), whose order may depend on its batch size"""
+    t = type(dl)
+    return t.get_idxs is not DataLoader.get_idxs or t.shuffle_fn is not DataLoader.shuffle_fn
+
+@contextmanager
+def _seeded(seed:int):
+    """Context manager: Python's and numpy's global random generators seeded `seed` (an int >= 0) inside, put back as
+    they were on exit (what a fastai loader's own shuffle draws from: `SortedDL` numpy's, `LMDataLoader` Python's)"""
+    st, nst = random.getstate(), np.random.get_state()
+    random.seed(seed); np.random.seed(seed % 2**32)
+    try: yield
+    finally: random.setstate(st); np.random.set_state(nst)
+
+def _pad_chunk(dl):
+    """fastai's `Pad_Chunk` among fastai `DataLoader` `dl`'s `before_batch` transforms (a `TextBlock` classifier's
+    loaders have one), or None; None also when fastai.text is not imported (then no loader holds one)"""
+    m = sys.modules.get('fastai.text.data')
+    fs = getattr(dl.before_batch, 'fs', None) or []   # a TfmdDL's Pipeline; a plain DataLoader's is a method
+    return None if m is None else next((f for f in fs if isinstance(f, m.Pad_Chunk)), None)
+
+def _text_len(item)->int:
+    """The length fastai's `Pad_Chunk` pads to for item `item` (a tuple): its longest `TensorText`'s (0 without one), as
+    `Pad_Chunk.before_call` measures a batch"""
+    m = sys.modules['fastai.text.data']
+    return max((x.shape[0] for x in item if isinstance(x, m.TensorText)), default=0)
+
+def _pad_to(pipe, pc, b:list, n:int):
+    """fastai `Pipeline` `pipe` (a loader's `before_batch`) on samples `b` (a list of items), its `Pad_Chunk` `pc`
+    padding every text to length `n` (an int >= each text's length) where fastai pads to the batch's longest: the
+    padding fastai's `pad_chunk` lays out (whole chunks of `seq_len` before the text, the rest after, by default)"""
+    m = sys.modules['fastai.text.data']
+    for f in pipe.fs:
+        if f is pc:
+            f.max_len = n   # what Pad_Chunk.__call__ sets from the batch (`before_call`) before its encodes
+            b = super(m.Pad_Chunk, f).__call__(tuple(b), split_idx=pipe.split_idx)
+        else: b = f(b, split_idx=pipe.split_idx)
+    return b
+
 class ShardedDL(TfmdDL):
     """This rank's shard of fastai `DataLoader` `dl`, by `distrib.data.shard_idxs`'s rule (positions
     `rank::world_size` of the epoch's order, padded by wrapping around), with `dl`'s transforms.
@@ -30,13 +73,31 @@ class ShardedDL(TfmdDL):
         pad (bool): pad the epoch to a multiple of `world_size` (every rank the same number of batches, for
             training); False: ranks read up to one item fewer, no duplicate (evaluation). Default True.
         seed (int): the shuffle's base seed, the same on every rank. Default 0.
-        shuffle (bool, optional): permute each epoch (`torch.randperm` seeded `seed + epoch`). Default: `dl.shuffle`.
+        shuffle (bool, optional): shuffle each epoch. Default: `dl.shuffle`.
+
+    The epoch's order: a loader that orders its items itself (a `get_idxs` or `shuffle_fn` of its own: fastai's
+    `SortedDL`, whose batches are sorted by length, and `LMDataLoader`, whose item i is a piece of one of `bs`
+    continuous streams) is a copy of `dl` with the global batch size `world_size * dl.bs` (`global_dl`), its items read
+    from that copy: its own order and its own shuffle (with Python's and numpy's random generators seeded `seed + epoch`
+    on every rank), as one process with the global batch orders them; so rank r's batch k is its positions of that
+    process's batch k (a `SortedDL`'s rows sorted as that batch's, an `LMDataLoader`'s streams r, r+W, ... continued
+    from batch k-1). Any other loader: `dl`'s order unshuffled, permuted by `shard_idxs`'s rule (`index_shuffle`, seeded
+    `seed + epoch`) when it shuffles.
+
+    Padding: a loader whose `before_batch` holds fastai's `Pad_Chunk` (`TextBlock`'s classifier loaders) pads each of
+    this rank's texts of batch k to global batch k's length (its longest text's), not to this rank's longest, laid out
+    as fastai's `pad_chunk` lays it out: rank r's rows are then rows of one process's batch, and what is a mean over
+    the padded length (fastai's `RNNRegularizer`'s terms) is the global batch's. The lengths: a `SortedDL`'s `res` with
+    fastai's default `sort_func` (each item's text length, which it already holds), else each item read once (as
+    `SortedDL` reads them for a `sort_func` of its own); every epoch, the maxima of the epoch's order by global batch
+    (O(n) per rank, what one process's `SortedDL` shuffle costs). Raises `ValueError` when an item's text is not of
+    the length `res` gives (a `sort_func` other than the length).
 
     `get_idxs()` is the epoch's order (every rank's; fastai's `get_preds` reorders by it), `read_positions()` this
     rank's positions in it; `set_epoch(epoch)` as `DistributedSampler`'s; `start_batch = k` starts the next pass at
-    batch k (`first_batch` is then k during that pass). `to_detach` never gathers (distrib combines the ranks'
-    metrics and predictions once per pass). Raises
-    `ValueError` for a rank outside [0, world_size), a loader without a batch size or an unindexed dataset."""
+    batch k (`first_batch` is then k during that pass). `to_detach` never gathers (distrib combines the ranks' metrics
+    and predictions once per pass). Raises `ValueError` for a rank outside [0, world_size), a loader without a batch
+    size or an unindexed dataset."""
     def __init__(self, dl, rank:int|None=None, world_size:int|None=None, pad:bool=True, seed:int=0,
                  shuffle:bool|None=None):
         if rank is None or world_size is None:
@@ -53,16 +114,18 @@ class ShardedDL(TfmdDL):
         self.bs, self.drop_last, self.dataset, fake, self.num_workers, self.offs, self.pin_memory = attrgetter(
             'bs', 'drop_last', 'dataset', 'fake_l', 'num_workers', 'offs', 'pin_memory')(self.dl)
         self.device = self.dl.device
+        self.global_dl = self.dl.new(bs=world_size*self.bs, shuffle=False) if _own_order(self.dl) else None
         self.fake_l = _FakeLoader(self, fake.pin_memory, fake.num_workers, fake.timeout,
                                   persistent_workers=fake.persistent_workers, pin_memory_device=fake.pin_memory_device)
         self._order, self._skip = None, 0
+        self._pad, self._lens, self._pad_lens = _pad_chunk(self.dl), None, None
 
     @property
     def batch_size(self)->int: return self.bs
     @property
     def n_items(self)->int:
         "Items of the epoch, every rank's, before padding"
-        return self.dl.n
+        return (self.dl if self.global_dl is None else self.global_dl).n
     def n_of(self, rank:int)->int:
         "Items rank `rank` reads per epoch"
         N, W = self.n_items, self.world_size
@@ -79,11 +142,35 @@ class ShardedDL(TfmdDL):
         self.epoch = epoch
     def get_idxs(self)->list:
         "The epoch's order of the dataset's indices, every rank's (unpadded); this rank reads `read_positions()` of it"
-        base = list(self.dl.get_idxs())
-        perm = shard_idxs(len(base), 0, 1, self.shuffle, self.seed, self.epoch, pad=False).tolist()
-        self._order = [base[i] for i in perm]
+        if self.global_dl is not None:   # a fresh copy: its order a function of (seed, epoch) alone
+            self.global_dl = self.dl.new(bs=self.world_size*self.bs, shuffle=self.shuffle)
+            with _seeded(self.seed + self.epoch):
+                self.global_dl.rng = random.Random(self.seed + self.epoch)
+                self._order = list(self.global_dl.get_idxs())
+        else:
+            base = list(self.dl.get_idxs())
+            perm = shard_idxs(len(base), 0, 1, self.shuffle, self.seed, self.epoch, pad=False).tolist()
+            self._order = [base[i] for i in perm]
         self._skip, self.first_batch, self.start_batch = self.start_batch*self.bs, self.start_batch, 0
+        if self._pad is not None: self._pad_lens = self._batch_lens()
         return self._order
+    def text_lens(self)->np.ndarray:
+        "Each item's text length, by dataset index (int64, `n_items`): what fastai's `Pad_Chunk` pads it by"
+        if self._lens is None:
+            src, n = self.global_dl if self.global_dl is not None else self.dl, self.n_items
+            res = getattr(src, 'res', None)
+            if getattr(src, 'sort_func', None) is sys.modules['fastai.text.data']._default_sort and len(res or ()) == n:
+                self._lens = np.asarray(res, dtype=np.int64)
+            else: self._lens = np.array([_text_len(src.do_item(i)) for i in range(n)], dtype=np.int64)
+        return self._lens
+    def _batch_lens(self)->np.ndarray:
+        "The epoch's global batches' padded lengths (int64, by batch): the longest text read at its positions"
+        N, WB = self.n_items, self.world_size*self.bs
+        P = self.world_size*self.n_of(0)   # positions read by some rank: [0, P), wrapped past N when padded
+        P = P if self.pad else min(P, N)
+        if P == 0: return np.zeros(0, dtype=np.int64)
+        ls = self.text_lens()[np.asarray(self._order, dtype=np.int64)[np.arange(P) % N]]
+        return np.maximum.reduceat(ls, np.arange(0, P, WB))
     def read_positions(self, rank:int|None=None)->torch.Tensor:
         """Positions, in the epoch's order (`get_idxs()`), of the items rank `rank` (default this one) reads in a pass:
         int64, padding wrapped"""
@@ -97,17 +184,36 @@ class ShardedDL(TfmdDL):
     def randomize(self): self.dl.randomize()
     def after_batch(self, b): return self.dl.after_batch(b)
     def after_iter(self): self.dl.after_iter()
-    def create_batches(self, samps): return self.dl.create_batches(samps)
+    def create_batches(self, samps):
+        """This rank's batches of samples `samps`: the items of `global_dl` when there is one, `dl`'s batches of them,
+        padded to the global batch's length when `dl` pads with `Pad_Chunk`"""
+        src = self.global_dl if self.global_dl is not None else self.dl if self._pad is not None else None
+        if src is None: return self.dl.create_batches(samps)
+        if src.dataset is not None: src.it = iter(src.dataset)
+        items = (o for o in ((s, src.do_item(s)) for s in samps) if o[1] is not None)
+        ks = itertools.count(self.first_batch + self.offs, self.num_workers)   # batch k of the epoch, every rank's
+        return map(self._batch, ks, chunked(items, self.bs, self.drop_last))
+    def _batch(self, k:int, b:list):
+        "Batch `k` of the epoch from this rank's `(index, item)` pairs `b`: `dl`'s batch, padded as global batch k"
+        idxs, items = zip(*b)
+        if self._pad is None: return self.dl.do_batch(list(items))
+        got, want = [_text_len(o) for o in items], self.text_lens()[list(idxs)].tolist()
+        if got != want:
+            raise ValueError(f"{type(self.dl).__name__}: items {list(idxs)} have texts of {got} tokens where its `res` "
+                             f"gives {want}: distrib pads each rank's batch to the global batch's longest text from "
+                             "those lengths; build the loader with fastai's default sort_func (the text's length)")
+        return self.dl.retain(self.dl.create_batch(_pad_to(self.dl.before_batch, self._pad, list(items),
+                                                           int(self._pad_lens[k]))), list(items))
     def to_detach(self, b, cpu=True, gather=True): return to_detach(b, cpu, gather=False)
     def decode(self, b): return self.dl.decode(b)
     def decode_batch(self, b, max_n=9, full=True): return self.dl.decode_batch(b, max_n, full)
     def show_batch(self, b=None, max_n=9, ctxs=None, show=True, unique=False, **kwargs):
         return self.dl.show_batch(self.one_batch() if b is None else b, max_n, ctxs, show, unique, **kwargs)
     def new(self, dataset=None, cls=None, **kwargs):
-        "A `ShardedDL`, unpadded, over `dl.new(dataset, cls, **kwargs)` (fastai's `get_preds`, `test_dl`)"
+        "A `ShardedDL`, unpadded, over `dl.new(dataset=dataset, cls=cls, **kwargs)` (fastai's `get_preds`, `test_dl`)"
         shuffle = kwargs.pop('shuffle', self.shuffle)
-        return ShardedDL(self.dl.new(dataset, cls, shuffle=False, **kwargs), self.rank, self.world_size, pad=False,
-                         seed=self.seed, shuffle=shuffle)
+        return ShardedDL(self.dl.new(dataset=dataset, cls=cls, shuffle=False, **kwargs), self.rank, self.world_size,
+                         pad=False, seed=self.seed, shuffle=shuffle)
 
 # %% ../../nbs/44a_fastai.data.ipynb #9fed92ca
 def DistributedDL(dl, rank:int|None=None, world_size:int|None=None, device=None):

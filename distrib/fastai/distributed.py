@@ -4,7 +4,7 @@
 
 # %% ../../nbs/44e_fastai.distributed.ipynb #d06022e2
 from __future__ import annotations
-import sys
+import sys, warnings
 from copy import copy
 from contextlib import contextmanager
 import torch
@@ -20,7 +20,8 @@ try:
     from fastai.data.core import TfmdDL
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
-from ..runtime.group import group_timeout
+from ..runtime.world import current_world
+from ..runtime.group import group_timeout, rank_device, setup_distrib as setup_group
 from ..runtime.waits import agree_cancel
 from ..runtime.position import doing
 from ..runtime.collectives import broadcast_object
@@ -35,7 +36,7 @@ from .losses import ItemMean, Shares, sum_over_items
 from .mixup import MixDraws
 
 # %% auto #0
-__all__ = ['LoopWatch', 'DistributedTrainer', 'ParallelTrainer']
+__all__ = ['LoopWatch', 'DistributedTrainer', 'setup_distrib', 'ParallelTrainer']
 
 # %% ../../nbs/44e_fastai.distributed.ipynb #8ac5b21a
 _ALIKE = (GradientAccumulation, SkipToEpoch)   # callbacks whose Cancel*Exceptions every rank raises alike
@@ -227,13 +228,60 @@ def trainer_of(learn):
     return next((cb for cb in learn.cbs if isinstance(cb, DistributedTrainer)), None)
 
 
+# %% ../../nbs/44e_fastai.distributed.ipynb #ca91809c
+def setup_distrib(gpu:int|str|None=None, # the GPU index this rank trains on (fastai's `--gpu`); None: this rank's own
+                 )->int|None:            # the GPU index this rank trains on, now current; None without CUDA
+    """fastai.distributed's `setup_distrib`, returning what fastai's returns: join the job's process group (distrib's
+    `setup_distrib`, `distrib.runtime.group`: created on first need, none in a world of one) and return the index of
+    the GPU this rank trains on, made the current CUDA device, so that fastai's `gpu = setup_distrib(gpu)` then
+    `torch.cuda.set_device(gpu)` works. `gpu=None`: this rank's GPU (`rank_device`: `local_rank % visible GPUs`), or
+    None on a machine without CUDA (fastai's `if gpu is not None` lines are then skipped, and `distrib_ctx` trains on
+    the CPU). Raises `ValueError` for a `gpu` that is not an integer or not a GPU this process sees, `RuntimeError`
+    for a `gpu` on a machine without CUDA, and what distrib's `setup_distrib` raises."""
+    if gpu is not None:
+        if isinstance(gpu, bool) or not isinstance(gpu, (int, str)) or not str(gpu).strip().isdigit():
+            raise ValueError(f"setup_distrib(gpu={gpu!r}): gpu is a GPU index (0, 1, ...) or None (this rank's GPU)")
+        gpu = int(gpu)
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"setup_distrib(gpu={gpu}): this machine has no CUDA (torch.cuda.is_available() is "
+                               "False): call setup_distrib() (gpu=None) to train on the CPU")
+    device = rank_device(gpu)
+    setup_group(device)
+    return device.index if device is not None and device.type == 'cuda' else None
+
+
+# %% ../../nbs/44e_fastai.distributed.ipynb #2135f5cd
+_SAID = set()   # what rank 0 has warned of as accepted and ignored: once per process, not once per call
+
+def _ignored(what:str, why:str):
+    "Warn once per process, on rank 0 only, that `what` (an argument of fastai's) is accepted and ignored, and `why`"
+    if what in _SAID: return
+    _SAID.add(what)
+    if current_world().rank == 0:
+        warnings.warn(f"{what} is accepted and ignored under distrib.fastai: {why}", UserWarning, stacklevel=4)
+
+def _fastai_device(device, sync_bn:bool|None, cuda_id, where:str)->tuple:
+    """`(device, sync_bn)` from fastai's ways of naming them: `cuda_id` (fastai's name before 2.7, a GPU index) is
+    `device`; a bool in `device`'s place is fastai 2.8's first positional argument, `sync_bn`. Raises `ValueError`
+    when `device` and `cuda_id` are both given and differ (`where` names the call)."""
+    if isinstance(device, bool) and sync_bn is None: device, sync_bn = None, device
+    if cuda_id is not None:
+        if device is not None and device != cuda_id:
+            raise ValueError(f"{where}: device={device!r} and cuda_id={cuda_id!r} name two devices: pass one "
+                             "(cuda_id is fastai's older name for device)")
+        device = cuda_id
+    return device, sync_bn
+
+
 # %% ../../nbs/44e_fastai.distributed.ipynb #83678d65
 @patch_to(Learner)
 def to_distributed(self:Learner, device=None, sync_bn:bool|None=None, comm_hook:str|None=None, comm_hook_state=None,
-                   strategy:str='ddp', compile:bool|dict|None=None, **kwargs)->Learner:
+                   strategy:str='ddp', compile:bool|dict|None=None, cuda_id=None, **kwargs)->Learner:
     """Train fastai's Learner with DistributedDataParallel (`DistributedTrainer`, distrib's arguments) until
-    `detach_distributed`. Raises `ValueError` for `strategy` other than 'ddp', `RuntimeError` if already attached or
-    in a world of one process, and what the trainer raises."""
+    `detach_distributed`. `cuda_id` is fastai's older name for `device` (`to_distributed(gpu)` passes it as `device`),
+    a bool `device` fastai 2.8's `sync_bn`. Raises `ValueError` for `strategy` other than 'ddp' or two different
+    devices, `RuntimeError` if already attached or in a world of one process, and what the trainer raises."""
+    device, sync_bn = _fastai_device(device, sync_bn, cuda_id, 'to_distributed')
     if strategy != 'ddp':
         raise ValueError(f"strategy={strategy!r} is not supported on fastai's Learner (distrib.fastai): only 'ddp'; "
                          "FSDP would shard the state of fastai's Optimizer, which distrib's FSDP trainer does not know")
@@ -250,12 +298,17 @@ def detach_distributed(self:Learner)->Learner:
 @contextmanager
 def distrib_ctx(self:Learner, device=None, sync_bn:bool|None=None, backend:str|None=None, timeout=None,
                 comm_hook:str|None=None, comm_hook_state=None, strategy:str='ddp', compile:bool|dict|None=None,
-                stall_timeout:float|None=None, in_notebook:bool=False, **kwargs):
+                stall_timeout:float|None=None, in_notebook:bool=False, cuda_id=None, **kwargs):
     """Context manager: distrib's `distrib_ctx` (`distrib.strategies.context`, same arguments) on fastai's Learner:
     in a world of several processes, `to_distributed` on entry and `detach_distributed` on exit, also when the body
     raises; in a world of one, fastai's `MixUp` and `CutMix` draw by distrib's rule (`MixDraws`) as they do on
-    several. `in_notebook` (fastai's) is accepted and ignored: `notebook_launch` starts the processes. Raises what
-    distrib's `distrib_ctx` raises."""
+    several. fastai's arguments are taken as fastai takes them: `cuda_id` (its older name for `device`), a bool
+    `device` (fastai 2.8's first argument, `sync_bn`); `in_notebook=True` is accepted and ignored, with a warning on
+    rank 0 once per process (`notebook_launch` starts the processes). Raises `ValueError` for two different devices
+    and what distrib's `distrib_ctx` raises."""
+    device, sync_bn = _fastai_device(device, sync_bn, cuda_id, 'distrib_ctx')
+    if in_notebook: _ignored('distrib_ctx(in_notebook=True)', "notebook_launch (distrib.launch.notebook) starts "
+                             "the processes, and distrib_ctx creates their process group")
     with DistribLearner.distrib_ctx(self, device, sync_bn, backend, timeout, comm_hook, comm_hook_state, strategy,
                                     compile, stall_timeout, **kwargs):
         mix = MixDraws() if trainer_of(self) is None else None   # the trainer has its own

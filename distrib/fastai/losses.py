@@ -47,24 +47,31 @@ class ItemMean(Callback):
     in fastai's `CrossEntropyLossFlat`, over class indices): the gradient is the loss summed over the batch's items
     on every rank divided by their number over all ranks (targets other than `ignore_index`, or the sum of their
     class weights), as fastai alone computes it with the global batch. Added by `DistributedTrainer`; it does nothing
-    for other losses and outside training. `shares`: the state of the trainer's DDP hook `sum_over_items`, None
-    when it has none.
+    for other losses and outside training. `shares`: the state of the trainer's DDP hook `sum_over_items`, None when
+    it has none.
 
-    A fastai loader is not a `DistributedDL`: the ranks' counts are never known equal, and the global count `N`
-    is summed over the ranks at each training batch. When the trainer's DDP has the hook `sum_over_items` (no
+    A fastai loader is not a `DistributedDL`: the ranks' counts are never known equal, and the global count `N` is
+    summed over the ranks at each training batch. When the trainer's DDP has the hook `sum_over_items` (no
     `comm_hook` of the user's, no `compile`, float32 or float64 parameters), no fastai `GradientAccumulation` is in
-    the fit, DDP synchronises this backward and the gradients start at zero (the previous training batch, of this
-    fit or an earlier one, reached its `after_step`, after which fastai zeroes them), the count travels with the
+    the fit, DDP synchronises this backward and the gradients start at zero (the previous training batch, of this fit
+    or an earlier one, reached its `after_step`, after which fastai zeroes them), the count travels with the
     gradients: `loss_grad`, this rank's batch mean, becomes the batch's summed loss (`n` times the mean; 0 where `n`
-    is 0, whose mean is NaN), `n` this rank's share, and DDP's all-reduce of the gradients, with the shares
-    appended, divides the summed gradients by `N`. Otherwise one all-reduce of the count `n`
-    (`distrib.losses.start_sum`: on the count's device with the group's backend for it), started in `before_batch`
-    and waited for in `after_loss` (a distrib collective), where `loss_grad` is scaled by `n*W/N` (DDP then averages
-    the W ranks). Under fastai's `GradientAccumulation` (order 6, so its `after_loss` comes first) each micro-batch
-    is scaled so: the window is then the average of the global micro-batches' means weighted by their sizes, as
-    fastai alone accumulates it. Raises `RuntimeError` in `after_loss` when `learn.yb` or `learn.loss_func`
-    changed after `before_batch` counted them (a callback of an order above 9.5: this one runs right after
-    fastai's `CastToTensor`, 9, which replaces `yb` by plain tensors, and before `MixedPrecision`, 10)."""
+    is 0, whose mean is NaN), `n` this rank's share, and DDP's all-reduce of the gradients, with the shares appended,
+    divides the summed gradients by `N`. Otherwise one all-reduce of the count `n` (`distrib.losses.start_sum`: on
+    the count's device with the group's backend for it), started in `before_batch` and waited for in
+    `before_backward` (a distrib collective), where `loss_grad` is scaled by `n*W/N` (DDP then averages the W ranks).
+    The scaling is done in `before_backward`, after every callback's `after_loss`: the whole of `loss_grad`, the loss
+    function's batch mean and whatever a callback added to it after the loss function (fastai's `RNNRegularizer`,
+    order 1, or any callback, whatever its order), is weighed by this rank's share of the global batch's items, as
+    one process weighs its batch mean and the additions of the same callbacks over the global batch: exact for an
+    addition that is a mean over the batch when each row of every rank holds the same number of counted items (a loss
+    without ignored targets: classifiers, language models); with ignored targets an addition is weighed by the rank's
+    counted targets, not its rows. Under fastai's `GradientAccumulation` (order 6, its `after_loss` first) each
+    micro-batch is scaled so: the window is then the average of the global micro-batches' means weighted by their
+    sizes, as fastai alone accumulates it. Raises `RuntimeError` in `before_backward` when `learn.yb` or
+    `learn.loss_func` changed after `before_batch` counted them (a callback of an order above 9.5: this one runs
+    right after fastai's `CastToTensor`, 9, which replaces `yb` by plain tensors, and before `MixedPrecision`, 10,
+    whose `before_backward` scales `loss_grad` for its GradScaler after this one)."""
     order, run_valid = 9.5, False
     _early = None   # (loss_func, targets, their version, count, its all-reduce or None) of this batch
 
@@ -85,8 +92,9 @@ class ItemMean(Callback):
         fold = self._folds and clean and sh.hooked and getattr(learn.model, 'require_backward_grad_sync', False)
         self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, n, None if fold else start_sum(n))
 
-    def after_loss(self):
-        "Scale this rank's batch mean `loss_grad`: by `n` (the hook divides by `N`), or by `n*W/N`"
+    def before_backward(self):
+        """Scale this rank's `loss_grad` (its batch mean, and what callbacks added to it in `after_loss`): by `n` (the
+        hook divides by `N`), or by `n*W/N`"""
         early, self._early = self._early, None
         if early is None: return
         learn, (lf, targ, version, n, work) = self.learn, early
@@ -99,6 +107,11 @@ class ItemMean(Callback):
         if N is None: f, self.shares.share = n.to(lg.dtype), n
         else: f = (n*current_world().world_size/N.clamp_min(torch.finfo(N.dtype).tiny)).to(lg.dtype)
         learn.loss_grad = torch.where(n > 0, lg*f, torch.zeros_like(lg))
+
+    def after_cancel_batch(self):
+        "A batch cancelled before its backward: wait for the count's all-reduce every rank started"
+        early, self._early = self._early, None
+        if early is not None and early[-1] is not None: finish_sum(early[-1], early[3].device)
 
     def after_backward(self):
         if self.shares is not None: self.shares.share = None

@@ -12,7 +12,7 @@ try:
     from fastai.torch_core import apply
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
-from ..runtime.collectives import all_reduce_sum, gather_rows, order_rows
+from ..runtime.collectives import all_reduce_sum, broadcast_object, gather_rows, order_rows
 
 # %% auto #0
 __all__ = ['check_metrics', 'sync_metric', 'sync_metrics', 'gather_preds']
@@ -39,19 +39,34 @@ def _per_item(info:list, dl, what:str)->tuple:
                          f"the same number of rows per item, of one shape and dtype: distrib cannot order them by item")
     return (int(ks.pop()) if ks else 0, *(kinds.pop() if kinds else ((), '')))
 
-def _rows_many(ts:list, dl, what:str)->list:
+def _stream_rows(ps:list, dl, what:str)->torch.Tensor:
+    """Every rank's rows `ps` (by rank) of a tensor fastai concatenated along dim 1 (`concat_dim=1`: a language
+    model's predictions, one row per stream of the batch), in the global batch's order: rank r's row j is the row at
+    rank r's j-th position of a batch (`read_positions(r)[j] % (world_size * bs)`: the stream one process with the
+    global batch reads there). Raises `ValueError` naming `what` unless each rank's rows are its rows of a batch."""
+    W, B = dl.world_size, dl.bs
+    pos = [dl.read_positions(r)[:B] % (W*B) for r in range(W)]
+    if [len(p) for p in ps] != [len(p) for p in pos]:
+        raise ValueError(f"{what}: the ranks' rows along dim 0 ({[len(p) for p in ps]}) are not each rank's rows of a "
+                         f"batch ({[len(p) for p in pos]}): concat_dim=1 gathers a batch's rows (a language model's "
+                         "streams), every batch of the pass the same rows")
+    return order_rows(torch.cat(ps), torch.cat(pos))
+
+def _rows_many(ts:list, dl, what:str, streams:set=frozenset())->list:
     """Every rank's rows of each tensor of `ts` (this rank's: one or `k` rows per item it read of `dl`, a `ShardedDL`),
     in the epoch's order, each item once (a padded duplicate dropped), on the CPU: the rows gathered by
     `gather_rows` (one `all_gather_object` of the tensors' shapes, then one `all_gather` per tensor) and ordered by
     `order_rows`, as `gather_in_order` orders them; every rank's positions are computed from `dl`
     (`read_positions(rank)`), not gathered. Every rank must call it with the same number of tensors. Raises
     `ValueError` naming `what` for rows that are not `k` per item on every rank, of one shape and dtype (every rank
-    alike: each sees every rank's counts)."""
+    alike: each sees every rank's counts). The tensors numbered in `streams` are rows of a batch, concatenated along
+    dim 1 (`_stream_rows`), not rows of items."""
     W = dl.world_size
     parts = gather_rows(ts, what) if W > 1 else [[t.detach().cpu()] for t in ts]
     pos = torch.cat([dl.read_positions(r) % dl.n_items for r in range(W)])
     out = []
-    for ps in parts:
+    for j, ps in enumerate(parts):
+        if j in streams: out.append(_stream_rows(ps, dl, what)); continue
         k, _, _ = _per_item([(len(p), tuple(p.shape[1:]), str(p.dtype)) for p in ps], dl, what)
         if k == 0: out.append(ps[0][:0]); continue
         idx = (pos[:, None]*k + torch.arange(k)).flatten() if k > 1 else pos
@@ -94,15 +109,24 @@ def sync_metrics(metrics, dl):
         if not any(m is a for a in avg + acc): sync_metric(m, dl)
 
 def gather_preds(cb:GatherPredsCallback, dl):
-    """Replace what fastai's `GatherPredsCallback` `cb` holds after a pass over this rank's shard of `dl` by every
-    rank's, in the epoch's order, each item once. Raises `ValueError` for `save_preds`/`save_targs` or a `concat_dim`
-    other than 0."""
-    if cb.save_preds is not None or cb.save_targs is not None or cb.concat_dim != 0:
-        raise ValueError("get_preds(save_preds=, save_targs=, concat_dim!=0) is not supported under distrib_ctx: "
-                         "call get_preds outside it, or save what it returns on rank 0")
+    """Replace what fastai's `GatherPredsCallback` `cb` holds after a pass over this rank's shard of `dl` (a
+    `ShardedDL`) by every rank's, in the epoch's order, each item once. `concat_dim=1` (fastai's `LMLearner.get_preds`:
+    each batch's rows, the streams, concatenated along dim 1): inputs, predictions and targets gathered by rows of a
+    batch, as one process with the global batch holds them (the losses, one row per item, by items). A rank that read
+    no item (fewer items than ranks: `predict`'s one) takes rank 0's structure, empty (one `broadcast_object`, only
+    then). Raises `ValueError` for `save_preds`/`save_targs` or a `concat_dim` other than 0 and 1."""
+    if cb.save_preds is not None or cb.save_targs is not None or cb.concat_dim not in (0, 1):
+        raise ValueError("get_preds(save_preds=, save_targs=, concat_dim not 0 or 1) is not supported under "
+                         "distrib_ctx: call get_preds outside it, or save what it returns on rank 0")
     held = {a: v for a in ('inputs', 'preds', 'targets', 'losses')
             if (v := getattr(cb, a, None)) is not None and not isinstance(v, list)}
-    leaves = []
-    for v in held.values(): apply(leaves.append, v)   # every tensor, in a fixed order: gathered together below
-    rows = iter(_rows_many(leaves, dl, 'get_preds'))
+    if dl.n_items < dl.world_size:   # some rank read nothing (every rank knows it): it holds rank 0's tensors' types
+        tpl = broadcast_object({a: apply(lambda t: t[:0].clone(), v) for a, v in held.items()} if dl.rank == 0 else
+                               None)
+        if dl.n_of(dl.rank) == 0: held = tpl
+    leaves, streams = [], set()
+    for a, v in held.items():   # every tensor, in a fixed order: gathered together below
+        n = len(leaves); apply(leaves.append, v)
+        if cb.concat_dim == 1 and a != 'losses': streams.update(range(n, len(leaves)))
+    rows = iter(_rows_many(leaves, dl, 'get_preds', streams))
     for a, v in held.items(): setattr(cb, a, apply(lambda t: next(rows), v))

@@ -101,6 +101,13 @@ def _header(ts:list)->torch.Tensor:
     sig = repr([(tuple(t.shape), str(t.dtype)) for t in ts]).encode()
     return torch.tensor([len(ts), zlib.crc32(sig)], dtype=torch.int64)
 
+def _host_to(t:torch.Tensor, device:torch.device)->torch.Tensor:
+    """CPU tensor `t` on `device`, the host not waiting: to a CUDA device from pinned memory with `non_blocking`
+    (torch's caching host allocator keeps the pinned copy until the copy is done, and the stream orders it before
+    its use); `t` itself on the CPU; a plain `.to` elsewhere"""
+    if device.type != 'cuda': return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
 def _p2p(send:list, dst:int, recv:list, src:int):
     "Send tensors `send` to rank `dst` and receive `recv` (filled in place) from rank `src`, in one batch of P2P ops"
     ops = [dist.P2POp(dist.isend, t, dst) for t in send] + [dist.P2POp(dist.irecv, t, src) for t in recv]
@@ -111,14 +118,15 @@ def _exchange_rows(send:list, src:int, dst:int)->list:
     tensors of the shapes and dtypes of `send` (every rank's batch has the same shapes, as one process's batch):
     one batch of P2P ops (`torch.distributed.batch_isend_irecv`, which NCCL runs on the group's communicator, not one
     per pair of ranks) for a fixed-size header that checks the shapes (on `comm_device()`: the CPU under distrib's
-    default backend, no host synchronisation of a GPU step), then one for the tensors, on their device when the group
+    default backend, no host synchronisation of a GPU step; under NCCL alone, its one read back is the step's one
+    host sync), then one for the tensors, on their device when the group
     has a backend for it (else `comm_device()`). O(B) bytes and O(1) calls per rank at any world size.
     Raises `ValueError` naming both ranks when `src`'s tensors differ in shape or dtype from this rank's."""
     dev = send[0].device if group_backend(send[0].device.type) is not None else comm_device()
     hdev, mine = comm_device(), _header(send)   # the header on the CPU where the group has gloo: no wait for a GPU
     theirs = torch.empty_like(mine, device=hdev)
     with doing('collective', _EXCHANGE, device=dev):
-        _p2p([mine.to(hdev)], dst, [theirs], src)
+        _p2p([_host_to(mine, hdev)], dst, [theirs], src)
         if not torch.equal(theirs.cpu(), mine):
             shapes = [(tuple(t.shape), t.dtype) for t in send]
             raise ValueError(f"MixUp/CutMix under distrib_ctx: rank {src}'s batch differs in shape or dtype from rank "
@@ -130,10 +138,13 @@ def _exchange_rows(send:list, src:int, dst:int)->list:
     return [o.to(t.device) for o, t in zip(out, send)]
 
 def _partner_rows(ts:list, a:int, s:int, n:int, rank:int, world_size:int)->list:
-    "The rows of each of tensors `ts` (this rank's batch) that pair with this rank's items: the partners"
+    """The rows of each of tensors `ts` (this rank's batch) that pair with this rank's items: the partners. The rows
+    picked go to each device once, without a host sync (`_host_to`)"""
     src, rows, dst, send = _mix_plan(a, s, n, rank, world_size)
-    if src == rank: return [t[rows.to(t.device)] for t in ts]
-    return _exchange_rows([t[send.to(t.device)] for t in ts], src, dst)
+    idx = rows if src == rank else send
+    on = {d: _host_to(idx, d) for d in {t.device for t in ts}}
+    picked = [t[on[t.device]] for t in ts]
+    return picked if src == rank else _exchange_rows(picked, src, dst)
 
 def _where(learn)->tuple:
     """`(world_size, rank, seed, step)` of this training batch: the training loader's (a `ShardedDL`; a fastai loader
@@ -155,7 +166,7 @@ def _mixup(cb:MixUp):
     b, x = cb.y.size(0), cb.x
     n, pos = ws*b, np.arange(b)*ws + r
     lam = _beta_lams(float(cb.distrib.concentration1), float(cb.distrib.concentration0), seed, step, pos)
-    cb.lam = torch.tensor(lam, dtype=torch.float32, device=x.device)
+    cb.lam = _host_to(torch.from_numpy(lam).float(), x.device)   # no host sync (fastai's `.to` waits)
     xb, yb = tuple(learn.xb), tuple(learn.yb)
     parts = _partner_rows(list(xb + yb), *_mix_pairing(seed, step, n), n, r, ws)
     xb1, cb.yb1 = parts[:len(xb)], tuple(parts[len(xb):])
@@ -181,7 +192,7 @@ def _cutmix(cb:CutMix):
     n = ws*bs
     box, y = _partner_rows([x[..., y1:y2, x1:x2], cb.y], *_mix_pairing(seed, step, n), n, r, ws)
     learn.xb[0][..., y1:y2, x1:x2] = box
-    cb.yb1, cb.lam = (y,), (1 - ((x2-x1)*(y2-y1))/float(W*H)).to(x.device)
+    cb.yb1, cb.lam = (y,), _host_to(1 - ((x2-x1)*(y2-y1))/float(W*H), x.device)
     if not cb.stack_y: learn.yb = _blend(cb.yb1, learn.yb, cb.lam, cb.y.dim())
 
 _RULES = {MixUp.before_batch: _mixup, CutMix.before_batch: _cutmix}

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/39_launch.cli.ipynb #3ee2763d
 from __future__ import annotations
-import os, sys, time, shutil, signal, logging, datetime, tempfile, threading, pickle
+import os, sys, time, shutil, signal, logging, tempfile, threading, pickle
 from contextlib import contextmanager
 import torch
 import torch.distributed as dist
@@ -406,10 +406,9 @@ def _publish_exit(env:dict, code:int):
     exited with `code`, in the job's store at its `MASTER_ADDR:MASTER_PORT`; nothing when that store cannot be
     reached"""
     try:
-        store = dist.TCPStore(env['MASTER_ADDR'], int(env['MASTER_PORT']), is_master=False, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=10))
-        LauncherView.record_exit(store, int(env['RANK']), code, int(env.get('TORCHELASTIC_RESTART_COUNT', 0)))
-    except Exception: pass  # no store (a rank 0 that hosted it is gone): the job goes on as torchrun's would
+        store, attempt = LauncherView.client(env)
+        LauncherView.record_exit(store, int(env['RANK']), code, attempt)
+    except (*LauncherView.STORE_ERRORS, KeyError): pass  # no store (its host, rank 0, is gone): the job goes on
 
 def _copy_at_records(envs:dict, view:LauncherView):
     """Copy the at-records of the workers of environments `envs` (torchrun's, by local rank; one run's workers share
@@ -418,11 +417,9 @@ def _copy_at_records(envs:dict, view:LauncherView):
     if not envs: return
     env = next(iter(envs.values()))
     try:
-        store = dist.TCPStore(env['MASTER_ADDR'], int(env['MASTER_PORT']), is_master=False, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=10))
-        view.copy_at_records(store, [int(e['RANK']) for e in envs.values()],
-                             int(env.get('TORCHELASTIC_RESTART_COUNT', 0)))
-    except Exception: pass  # no store (a rank 0 that hosted it is gone): the summary goes by the heartbeats
+        store, attempt = LauncherView.client(env)
+        view.copy_at_records(store, [int(e['RANK']) for e in envs.values()], attempt)
+    except (*LauncherView.STORE_ERRORS, KeyError): pass  # no store (its host is gone): the summary reads the heartbeats
 
 class _Exits:
     """The exits of one run's workers (torchrun's `pcontext`), each published once, each in a thread of its own

@@ -288,9 +288,14 @@ def _by_seq(f:Failure)->tuple:
     return (r.seq if r.seq is not None else math.inf, r.time, f.rank)
 
 def root_failure(failures:list)->Failure:
-    """The `Failure` that caused the others, by the four rules above; for a rank blamed by a peer's report, a
-    `Failure` with its `cause` and `reporter` set (its own exit code and record when it is in `failures`, else
-    exit code None). Raises `ValueError` for an empty `failures`."""
+    """The `Failure` that caused the others, by four rules that read structure, never messages: 1. the first failure
+    (in `seq` order; by time without a job store) that the rank caused itself (raised outside a collective, a
+    `KeyboardInterrupt`, a `sys.exit` with a code other than 0); 2. else the rank that the first report of a stall
+    or a lost peer blames; 3. else the earliest rank that died without a record by a signal other than the
+    launcher's SIGTERM (the OOM killer's SIGKILL, a segfault) or with a code of its own; 4. else the first failure
+    inside a collective, else the earliest. For a rank blamed by a peer's report (rule 2), a `Failure` with its
+    `cause` and `reporter` set (its own exit code and record when it is in `failures`, else exit code None). Raises
+    `ValueError` for an empty `failures`."""
     if not failures: raise ValueError("root_failure needs at least one Failure")
     recorded = sorted((f for f in failures if f.record is not None), key=_by_seq)
     own = [f for f in recorded if f.own]

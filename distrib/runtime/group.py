@@ -15,6 +15,7 @@ from .position import rank_state, doing, long_phase, queue_tracking
 from .liveness import start_liveness, set_group_state, running as liveness_running, watched
 from .waits import store_barrier, announce, wait_for, explain_failure
 from .stalls import watch_stalls
+from .schema import JobStore
 
 # %% auto #0
 __all__ = ['DEFAULT_TIMEOUT', 'rank_device', 'default_backend', 'setup_distrib', 'ensure_distrib', 'group_backend',
@@ -153,7 +154,7 @@ def _refuse_shared_gpu(store,                   # the group's store (a PrefixSto
     `--gpus-per-task=1`, each seeing its own as `cuda:0`) are not refused"""
     if device is None or device.type != 'cuda' or not _nccl_for_cuda(backend): return
     uuid = getattr(torch.cuda.get_device_properties(device), 'uuid', None)
-    if uuid is None or store.add(f'gpu/{uuid}', 1) == 1: return
+    if uuid is None or JobStore(store).claim_gpu(uuid) == 1: return
     n = torch.cuda.device_count()
     raise ValueError(f"rank {world.rank} would share GPU {device} with another rank: {world.local_world_size} "
                      f"processes on its node, {n} GPU(s) visible to each, and NCCL runs one rank per GPU. Start at "
@@ -204,7 +205,7 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
             start_liveness(world)  # the store exists now (rank 0 may host it); a no-op if the worker started it
             store.set_timeout(timeout)
             _State.n_groups += 1
-            store = dist.PrefixStore(f'distrib/{world.restart_count}/{_State.n_groups}', store)
+            store = dist.PrefixStore(JobStore.group_prefix(world.restart_count, _State.n_groups), store)
             _refuse_shared_gpu(store, device, backend, world)
             try: dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout,
                                          **_device_id(backend, device))
@@ -307,7 +308,7 @@ def teardown_distrib(barrier:bool|None=None, # wait for every rank first; None: 
 def _teardown_at_exit():
     "At interpreter exit: destroy the group distrib created; no barrier after an uncaught exception"
     if not pg_initialized(): return
-    failed = rank_state().reported is not None or getattr(sys, 'last_value', None) is not None
+    failed = rank_state().job.reported is not None or getattr(sys, 'last_value', None) is not None
     try: teardown_distrib(barrier=not failed, name='the exit')
     except Exception as e:  # at interpreter exit there is no caller to raise to: say so, then destroy the group
         print(f"distrib: rank {dist.get_rank()}: the barrier at exit failed ({type(e).__name__}: "

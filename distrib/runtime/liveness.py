@@ -4,15 +4,14 @@
 
 # %% ../../nbs/05_runtime.liveness.ipynb #c6a5e511
 from __future__ import annotations
-import os, sys, json, time, runpy, signal, atexit, datetime, threading, traceback, contextlib, statistics
+import os, sys, json, time, runpy, signal, atexit, threading, traceback, contextlib, statistics
 from contextlib import contextmanager
 from collections import deque
-import torch.distributed as dist
-from .world import World, current_world
+from .world import World, current_world, env_number
 from .errors import PeerFailedError, RanksDivergedError, ErrorRecord, blame_text
 from .procs import identity, proc_state, exit_now
 from .position import rank_state, reset_rank_state, position, describe, oldest_queued, waits_for_others
-from .schema import JobStore, JobFailure, Heartbeat
+from .schema import JobStore, JobFailure, Heartbeat, STORE_ERRORS, store_client
 
 # %% auto #0
 __all__ = ['DEFAULT_LIVENESS_TIMEOUT', 'liveness_timeout', 'remember_position']
@@ -28,20 +27,15 @@ DEFAULT_LIVENESS_TIMEOUT = 20.0  # seconds without a heartbeat before a rank cou
 def liveness_timeout()->float:
     """Seconds without a heartbeat after which a rank counts as dead: `DISTRIB_LIVENESS_TIMEOUT`, default
     `DEFAULT_LIVENESS_TIMEOUT`; 0 switches liveness checks off. Raises `ValueError` for a value that is not a
-    number >= 0."""
-    v = os.environ.get('DISTRIB_LIVENESS_TIMEOUT', '').strip()
-    if not v: return DEFAULT_LIVENESS_TIMEOUT
-    try: t = float(v)
-    except ValueError: t = -1.
-    if not t >= 0: raise ValueError(f"DISTRIB_LIVENESS_TIMEOUT={v!r}: it must be a number of seconds >= 0 (0: off)")
-    return t
+    finite number >= 0."""
+    return env_number('DISTRIB_LIVENESS_TIMEOUT', DEFAULT_LIVENESS_TIMEOUT)
 
 # %% ../../nbs/05_runtime.liveness.ipynb #26e0118d
 _LOCK = threading.Lock()
 
 def running()->bool:
     "True when this process publishes heartbeats and watches its peers (`start_liveness` succeeded)"
-    dog = rank_state().dog
+    dog = rank_state().job.dog
     return dog is not None and dog.is_alive()
 
 # %% ../../nbs/05_runtime.liveness.ipynb #c094005b
@@ -52,15 +46,16 @@ def remember_position(e:BaseException|None=None, # the exception leaving `distri
     and the state keeps `e` and its traceback: what this rank reports when a verdict names it as the deadlock's
     cause"""
     st = rank_state()
-    st.failed_at = describe(position())
+    st.here.failed_at = describe(position())
     if e is not None:
-        st.left = {'error': f"{type(e).__name__}: {str(e).strip().partition(chr(10))[0][:200]}", 'where': st.failed_at}
-        st.left_error = (e, ''.join(traceback.format_exception(type(e), e, e.__traceback__)))
+        first = str(e).strip().partition(chr(10))[0][:200]
+        st.here.left = {'error': f"{type(e).__name__}: {first}", 'where': st.here.failed_at}
+        st.here.left_error = (e, ''.join(traceback.format_exception(type(e), e, e.__traceback__)))
 
 def _where_now()->str|None:
     "Where this rank is, in words; where it was when an exception left `distrib_ctx`, if one did; None: nowhere known"
     p = position()
-    return rank_state().failed_at or (describe(p) if p else None)
+    return rank_state().here.failed_at or (describe(p) if p else None)
 
 def _heartbeat_where(hb:Heartbeat)->str|None:
     "Where heartbeat `hb` says its rank is, in words; None when it says nothing"
@@ -78,25 +73,25 @@ def _report_failure(e:BaseException,         # the exception this rank fails wit
     on stderr, never a second record."""
     st = rank_state()
     with _LOCK:
-        first = st.reported is None
-        if first: st.reported = e
+        first = st.job.reported is None
+        if first: st.job.reported = e
     if not first:
-        if not isinstance(e, PeerFailedError) and e is not st.reported:
-            r = st.world.rank if st.world is not None else os.environ.get('RANK', '?')
+        if not isinstance(e, PeerFailedError) and e is not st.job.reported:
+            r = st.job.world.rank if st.job.world is not None else os.environ.get('RANK', '?')
             print(f"distrib: rank {r}: {type(e).__name__}: {str(e).strip().partition(chr(10))[0][:300]} (after its "
                   "failure was reported: not reported again)", file=sys.stderr, flush=True)
         return None
-    store = st.main if store is None else store
+    store = st.job.store if store is None else store
     seq, where, js = None, _where_now(), None if store is None else JobStore(store)
     try: seq = js.add(JobStore.FAILURES, 1) if js is not None else None
-    except Exception: pass  # the store is gone: the record is still written, without its place in the job's order
+    except STORE_ERRORS: pass  # the store is gone: the record is still written, without its place in the job's order
     rec = ErrorRecord.from_exception(e, tb_text=tb_text, position=where, seq=seq)
-    path = path or st.record_path or os.environ.get('TORCHELASTIC_ERROR_FILE')
+    path = path or st.job.record_path or os.environ.get('TORCHELASTIC_ERROR_FILE')
     if path: rec.write(path)
     if seq is not None:
         blame = rec.blame if rec.kind in ('peer', 'stall') else None  # a cause blames itself
         try: js.write_failure(seq, JobFailure(rec.kind, rec.rank, rec.summary, where, blame or None))
-        except Exception: pass  # the store is gone: the peers see this rank exit instead, and the record file stays
+        except STORE_ERRORS: pass  # the store is gone: the peers see this rank exit instead, and the record file stays
     return rec
 
 def _settle(rec:ErrorRecord|None):
@@ -104,8 +99,8 @@ def _settle(rec:ErrorRecord|None):
     `GRACE` seconds for another rank's report, so that a launcher stopping the job when this rank exits finds the
     cause's record in place: one server-side `wait` for the second record, no polling"""
     st = rank_state()
-    if rec is None or rec.kind not in ('peer', 'stall') or rec.seq != 1 or st.main is None: return
-    JobStore(st.main).await_failure(2, GRACE)  # no other report within GRACE (or no store): go on
+    if rec is None or rec.kind not in ('peer', 'stall') or rec.seq != 1 or st.job.store is None: return
+    JobStore(st.job.store).await_failure(2, GRACE)  # no other report within GRACE (or no store): go on
 
 # %% ../../nbs/05_runtime.liveness.ipynb #df53b76b
 def _peer_verdict(hb:Heartbeat,     # the peer's last heartbeat
@@ -137,7 +132,7 @@ def peers_gone(hbs:dict, # rank -> its last heartbeat (`JobStore.heartbeats`), o
     gone, quiet = {}, False
     for r, hb in hbs.items():
         proc = proc_state(hb.ident, me)
-        how = _peer_verdict(hb, 0., {'group': st.group}, float('inf'), proc)
+        how = _peer_verdict(hb, 0., {'group': st.here.group}, float('inf'), proc)
         if how is None and proc == 'stopped': how = 'froze: its process is stopped (SIGSTOP or a debugger)'
         if how is not None: gone[r] = {'how': how, 'where': _heartbeat_where(hb)}
         quiet = quiet or proc == 'gone' and not hb.exited
@@ -153,23 +148,26 @@ def _main_stack(limit:int=12, # the innermost frames to keep
 def _note_step(p:dict, now:float):
     "Time the training steps from position `p` seen at `now` (the watchdog's tick), in the state's `steps`"
     st = rank_state()
-    if not p.get('training') or p.get('batch') is None: st.last_step = None; return
-    k, last = (p.get('epoch'), p['batch']), st.last_step
+    if not p.get('training') or p.get('batch') is None: st.memo.last_step = None; return
+    k, last = (p.get('epoch'), p['batch']), st.memo.last_step
     if last is not None and last[0][0] == k[0] and k[1] > last[0][1]:
-        st.steps.append((now - last[1]) / (k[1] - last[0][1]))
-    if last is None or last[0] != k: st.last_step = (k, now)
+        st.memo.steps.append((now - last[1]) / (k[1] - last[0][1]))
+    if last is None or last[0] != k: st.memo.last_step = (k, now)
 
 class _Watchdog(threading.Thread):
     """This rank's heartbeat and watchdog: a daemon thread with its own client of the job's store, two calls per
-    tick (the heartbeat's `set`, then one read or one write; see the section above), then the checks of
-    `RankState.checks`, each `check(watchdog, now)`. What a check may use of it (its interface; the rest is its own):
-    `world` (this rank's `World`), `me` (`identity()`), `store` and `js` (its client, and the `JobStore` over it),
-    `pos`, `pos_key`, `pos_since` (this rank's position as the last heartbeat published it, a key of it, and since
-    when), `values` and `fresh` (what this tick's read returned, and whether there was one), `want(*keys)` and
-    `later(write)` (a read or a write at a coming tick), `ending` (True once it ends this rank), `end(err, ...)`
-    (the one way a rank ends), `publish_verdict(info)` (rank 0's verdict on a deadlock, for every rank),
-    `median_step()` (the median seconds per training step, timed from this rank's positions at each tick) and
-    `main_stack(limit)` (the main thread's Python stack now)."""
+    tick (`INTERVAL`) at any number of ranks: the heartbeat's `set`, then one `multi_get` of the job's counters, the
+    heartbeat of the rank it watches (the next on the ring not gone cleanly) and the keys the checks `want`, or, in
+    the read's place, one write (a check's `later`, or this rank starting or stopping to wait:
+    `JobStore.count_waiting`); then the checks of `JobLink.checks`, each `check(watchdog, now)`. It ends its rank
+    (`end`) when a peer failed it, the job failed, or the store stayed unreachable for `timeout` seconds. What a
+    check may use of it (its interface; the rest is its own): `world` (this rank's `World`), `me` (`identity()`),
+    `store` and `js` (its client, and the `JobStore` over it), `pos`, `pos_key`, `pos_since` (this rank's position as
+    the last heartbeat published it, a key of it, and since when), `values` and `fresh` (what this tick's read
+    returned, and whether there was one), `want(*keys)` and `later(write)` (a read or a write at a coming tick),
+    `ending` (True once it ends this rank), `end(err, ...)` (the one way a rank ends), `publish_verdict(info)` (rank
+    0's verdict on a deadlock, for every rank), `median_step()` (the median seconds per training step, timed from
+    this rank's positions at each tick) and `main_stack(limit)` (the main thread's Python stack now)."""
     def __init__(self, store, world:World, timeout:float):
         super().__init__(name='distrib-liveness', daemon=True)
         self.store, self.world, self.timeout, self.js = store, world, timeout, JobStore(store)
@@ -186,7 +184,7 @@ class _Watchdog(threading.Thread):
 
     def median_step(self)->float:
         "The median seconds per training step this rank took so far (timed at each tick: `_note_step`); 0 before any"
-        steps = rank_state().steps
+        steps = rank_state().memo.steps
         return statistics.median(steps) if steps else 0.
 
     def main_stack(self, limit:int=12, # the innermost frames to keep
@@ -204,18 +202,19 @@ class _Watchdog(threading.Thread):
 
     def heartbeat(self, now:float)->Heartbeat:
         """This rank's heartbeat now; notes when its position last changed. The oldest collective queued and not
-        done after the hold (`RankState.hold`; NCCL's, `mark_queued`) is its position, the main thread's after it"""
+        done after the hold (`CheckMemory.hold`; NCCL's, `mark_queued`) is its position, the main thread's after it"""
 
         st, p, since = rank_state(), position(), now
         q = oldest_queued()
-        if q is not None and now - q[2] >= st.hold: p, since = dict(q[0], main=describe(p)), q[2]
+        if q is not None and now - q[2] >= st.memo.hold: p, since = dict(q[0], main=describe(p)), q[2]
         key = json.dumps(p, sort_keys=True)
         if key != self.pos_key: self.pos, self.pos_key, self.pos_since = p, key, since
 
         self.beat += 1
-        return Heartbeat(**self.me, beat=self.beat, state=st.state, code=st.code, group=st.group, pos=p,
-                         age=round(now - self.pos_since, 1), cancels=st.cancels, barriers=st.barriers, left=st.left,
-                         colls=st.colls)
+        h = st.here
+        return Heartbeat(**self.me, beat=self.beat, state=h.state, code=h.code, group=h.group, pos=p,
+                         age=round(now - self.pos_since, 1), cancels=h.cancels, barriers=h.barriers, left=h.left,
+                         colls=h.colls)
 
     def publish(self, store):
         """Publish this rank's heartbeat now through `store` (the main thread's client: the first heartbeat, a change
@@ -227,7 +226,7 @@ class _Watchdog(threading.Thread):
             try:
                 self.tick()
                 self.unreachable = None
-            except Exception as e:  # the store unreachable: counted below, the job ended after `timeout` of it
+            except STORE_ERRORS as e:  # the store unreachable: counted below, the job ended after `timeout` of it
                 if self.halt.is_set() or self.ending: break
                 now = time.monotonic()
                 self.unreachable = self.unreachable or now
@@ -238,7 +237,7 @@ class _Watchdog(threading.Thread):
         """Whether this rank counts itself in `waiting`: it waits for others at the position it had a tick ago, or it
         left distrib_ctx by an exception and is outside the Learner's loop"""
         p = self.pos
-        if rank_state().left and not p.get('event'): return True
+        if rank_state().here.left and not p.get('event'): return True
         return waits_for_others(p) and now - self.pos_since >= 0.9 * INTERVAL
 
     def tick(self):
@@ -253,13 +252,13 @@ class _Watchdog(threading.Thread):
             self.js.publish_heartbeat(r, hb, self.main_stack() if blocked and not self.counted else None)
         if self.ending: return
         if blocked != self.counted:  # the second call: this rank counts itself in `waiting`, or no more
-            st.waiting = self.js.add(JobStore.WAITING, 1 if blocked else JobStore.WAITING_GEN - 1)
+            st.job.waiting = self.js.count_waiting(blocked)
             self.counted = blocked
         elif self.todo: self.todo.popleft()(self.js)
         else: self.read(now)
         if self.ending: return
         _note_step(self.pos, now)
-        for check in st.checks: check(self, now)
+        for check in st.job.checks: check(self, now)
 
     def read(self, now:float):
         "The tick's read: the job's counters, the watched rank's heartbeat, the keys the checks want; then the verdicts"
@@ -268,12 +267,13 @@ class _Watchdog(threading.Thread):
         hb_key = self.js.hb_key(self.watched) if self.watched is not None else None
         keys = list(JobStore.COUNTERS) + ([hb_key] if self.known else []) + wanted
         self.values, self.fresh = dict(zip(keys, self.store.multi_get(keys))), True
-        n, st.waiting = int(self.values[JobStore.FAILURES]), int(self.values[JobStore.WAITING])
+        n, st.job.waiting = int(self.values[JobStore.FAILURES]), int(self.values[JobStore.WAITING])
         if n > self.failures:
             self.failures = n
             return self.job_failed(self.js.first_failure(n))
         if self.passed is not None:  # an exited peer passed over never joins a group this rank sets up from now on
-            how = _peer_verdict(self.passed[1], 0., {'group': st.group, 'state': st.state}, self.timeout, None)
+            me = {'group': st.here.group, 'state': st.here.state}
+            how = _peer_verdict(self.passed[1], 0., me, self.timeout, None)
             if how is not None: return self.peer_failed(self.passed[0], how, self.passed[1])
         if self.watched is None: return
         if not self.known: self.known = self.store.check([hb_key])  # until its first heartbeat
@@ -285,7 +285,7 @@ class _Watchdog(threading.Thread):
         if hb.beat != beat: beat, since = hb.beat, now
         self.seen = (beat, since)
         st = rank_state()
-        me = {'group': st.group, 'state': st.state}
+        me = {'group': st.here.group, 'state': st.here.state}
         proc = proc_state(hb.ident, self.me)
         how = _peer_verdict(hb, now - since, me, self.timeout, proc)
         if how is not None and proc == 'gone' and not hb.exited and _exits_recorded():
@@ -309,11 +309,11 @@ class _Watchdog(threading.Thread):
     def wake_main(self, info:JobFailure):
         "Give the main thread the job's failure `info`, waking it when it waits in a distrib barrier"
         st = rank_state()
-        st.failure = info
-        key = st.wait_key  # read after `failure` is set; the main thread sets `wait_key` before reading `failure`
+        st.job.failure = info
+        key = st.job.wait_key  # read after `failure` is set; the main thread sets `wait_key` before reading `failure`
         if key is not None:
             try: self.store.set(key, 'failed')
-            except Exception: pass  # the store is gone: the main thread's wait fails by itself
+            except STORE_ERRORS: pass  # the store is gone: the main thread's wait fails by itself
 
     def job_failed(self, info:JobFailure):
         """The job failed (summary `info` of its first failure, or a verdict): end this rank, unless the failure is
@@ -333,8 +333,8 @@ class _Watchdog(threading.Thread):
         the deadlock; else its main thread raises its own error when it waits in a distrib barrier (woken by
         `wake_main`), or this rank reports the verdict as its own `RanksDivergedError`; then it ends"""
         st, r = rank_state(), self.world.rank
-        if info.why == 'left' and st.left_error is not None: err, tb = st.left_error
-        elif st.wait_key is not None: return self.linger()
+        if info.why == 'left' and st.here.left_error is not None: err, tb = st.here.left_error
+        elif st.job.wait_key is not None: return self.linger()
         else: err, tb = RanksDivergedError(info.text or 'the ranks diverged', info.blamed()), None
         self.end(err, tb, stack=True, line=f"distrib: rank {r}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
 
@@ -342,7 +342,7 @@ class _Watchdog(threading.Thread):
         "The job's store has been unreachable for the liveness timeout"
         host = 'the launcher (torchrun\'s agent)' if self.world.env == 'torchelastic' else 'rank 0'
         blame = {} if self.world.env == 'torchelastic' else {0: {'how': 'hosts the job\'s store, which is gone'}}
-        self.end(PeerFailedError(f"rank {self.world.rank} stops: the job's store at {rank_state().addr} has been "
+        self.end(PeerFailedError(f"rank {self.world.rank} stops: the job's store at {rank_state().job.addr} has been "
                                  f"unreachable for {self.timeout:.0f} s, so {host} is gone ({type(e).__name__}: {e})",
                                  blame))
 
@@ -367,7 +367,7 @@ class _Watchdog(threading.Thread):
                       f"{describe(position())})\n{main}")
             _report_failure(err, store=self.store, tb_text=tb)
         if self.halt.wait(wait): return
-        exit_now((rank_state().code or 1) if code is None else code, line or f"distrib: {err}")
+        exit_now((rank_state().here.code or 1) if code is None else code, line or f"distrib: {err}")
 
     def linger(self):
         """This rank is failing by itself: make sure the process ends, even if its teardown hangs. Returns when the
@@ -378,7 +378,7 @@ class _Watchdog(threading.Thread):
 # %% ../../nbs/05_runtime.liveness.ipynb #a40e0002
 class _AtRecord:
     """This rank's at-record in the local file `path`, opened (created, emptied) once: calling it writes where the
-    main thread is now and its count of distrib collectives (`position()`, `RankState.colls`) with one `os.pwrite`
+    main thread is now and its count of distrib collectives (`position()`, `Here.colls`) with one `os.pwrite`
     of `JobStore.AT_RECORD_BYTES` bytes at offset 0: no store call, no allocation of disk blocks after the first. Its
     write's `OSError` (a disk gone) is ignored: the record is an aid. Raises `OSError` when the file cannot be
     opened."""
@@ -388,7 +388,7 @@ class _AtRecord:
 
     def __call__(self):
         st = rank_state()
-        try: os.pwrite(self.fd, JobStore.encode_at_record(position(), st.colls), 0)
+        try: os.pwrite(self.fd, JobStore.encode_at_record(position(), st.here.colls), 0)
         except OSError: pass  # the record is an aid: the collective goes on
 
     def close(self):
@@ -408,11 +408,6 @@ def _local_at_record(world:World)->_AtRecord|None:
 
 
 # %% ../../nbs/05_runtime.liveness.ipynb #fd569f71
-def _connect(host:str, port:int, prefix:str)->dist.Store:
-    "A new client of the TCP store at `host:port`, its keys under `prefix`"
-    s = dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
-    return dist.PrefixStore(prefix, s)
-
 def start_liveness(world:World|None=None,     # this process's place; default `current_world()`
                    record_path:str|None=None, # where the watchdog writes this rank's ErrorRecord; default torchrun's
                   )->bool:                    # True when the heartbeat and watchdog run
@@ -426,37 +421,37 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
     timeout = liveness_timeout()
     if timeout == 0 or world.world_size < 2 or world.master_addr is None or world.master_port is None: return False
     prefix = JobStore.prefix(world.restart_count)
-    st.addr = f"{world.master_addr}:{world.master_port}"
+    st.job.addr = f"{world.master_addr}:{world.master_port}"
     try:
-        main, own = (_connect(world.master_addr, world.master_port, prefix) for _ in range(2))
+        main, own = (store_client(world.master_addr, world.master_port, prefix=prefix) for _ in range(2))
         JobStore(main).create_counters()  # they exist from now on: every tick's `multi_get` reads them
-    except Exception as e:  # liveness is an aid: without the store the job runs, with this warning
-        print(f"distrib: rank {world.rank}: cannot reach the job's store at {st.addr} ({type(e).__name__}: {e}); "
+    except STORE_ERRORS as e:  # liveness is an aid: without the store the job runs, with this warning
+        print(f"distrib: rank {world.rank}: cannot reach the job's store at {st.job.addr} ({type(e).__name__}: {e}); "
               "running without liveness checks", file=sys.stderr)
         return False
-    st.world, st.main, st.record_path = world, main, record_path
-    st.dog = _Watchdog(own, world, timeout)
-    try: st.dog.publish(main)  # the first heartbeat, before this returns: an exit right after finds it in the store
-    except Exception: pass  # the thread's ticks meet the store's trouble, and end this rank if it lasts
-    st.announce = _local_at_record(world)
+    st.job.world, st.job.store, st.job.record_path = world, main, record_path
+    st.job.dog = _Watchdog(own, world, timeout)
+    try: st.job.dog.publish(main)  # the first heartbeat, before this returns: an exit right after finds it in the store
+    except STORE_ERRORS: pass  # the thread's ticks meet the store's trouble, and end this rank if it lasts
+    st.job.announce = _local_at_record(world)
     atexit.register(_stop_liveness)
-    st.dog.start()
+    st.job.dog.start()
     return True
 
 def _script_ended(code:int):
     "Note that this rank's script ended with exit code `code` (it may still wait for the others at exit)"
     st = rank_state()
-    st.state, st.code = 'ending', code
+    st.here.state, st.here.code = 'ending', code
 
 def set_group_state(state:str):
     """Note the process group's state in the heartbeat, 'joining', 'joined' or 'left', and publish it at once (one
     store call): a rank that ends by `os._exit` right after leaves its true state to its launcher's record"""
     st = rank_state()
-    st.group = state
-    dog = st.dog
+    st.here.group = state
+    dog = st.job.dog
     if dog is None or not dog.is_alive() or dog.ending: return
-    try: dog.publish(st.main)
-    except Exception: pass  # the store is gone: the watchdog's ticks meet it and end this rank
+    try: dog.publish(st.job.store)
+    except STORE_ERRORS: pass  # the store is gone: the watchdog's ticks meet it and end this rank
 
 def _stop_liveness(code:int|None=None, # the exit code; default: the script's, else 1 after an uncaught exception
                  ):
@@ -464,20 +459,20 @@ def _stop_liveness(code:int|None=None, # the exit code; default: the script's, e
     in the job's `waiting` counter for good. Runs at interpreter exit; call it before a process ends without running
     atexit handlers (`os._exit`, a forked multiprocessing worker)."""
     st = rank_state()
-    dog = st.dog
+    dog = st.job.dog
     if dog is None or not dog.is_alive(): return
     dog.halt.set()
     if dog.ending:  # it is ending this rank (a peer failed) or lingering: either returns now
         dog.join(GRACE + 1)  # not exiting under it: the interpreter's end while it is in the store aborts (SIGABRT)
         return
     dog.join(2*INTERVAL)  # no heartbeat of its may land after the last one; it may turn to `end` or `linger` first
-    st.state = 'exited'
-    if code is not None: st.code = code
-    if st.code is None: st.code = 1 if getattr(sys, 'last_value', None) is not None else 0
+    st.here.state = 'exited'
+    if code is not None: st.here.code = code
+    if st.here.code is None: st.here.code = 1 if getattr(sys, 'last_value', None) is not None else 0
     try:
-        JobStore(st.main).publish_heartbeat(dog.world.rank, dog.heartbeat(time.monotonic()))
-        if not dog.counted: JobStore(st.main).add(JobStore.WAITING, 1)  # an exited rank waits for nothing, for good
-    except Exception: pass  # exiting: a store already gone (rank 0 ended first) has no reader left
+        JobStore(st.job.store).publish_heartbeat(dog.world.rank, dog.heartbeat(time.monotonic()))
+        if not dog.counted: JobStore(st.job.store).count_waiting(True)  # an exited rank waits for nothing, for good
+    except STORE_ERRORS: pass  # exiting: a store already gone (rank 0 ended first) has no reader left
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9a38d4bb
 def _not_users(filename:str)->bool:
@@ -517,11 +512,11 @@ def _report_leaving(e:BaseException, path:str|None):
         msg = ("interrupted (SIGINT)" + (f" in {where}," if where else '') +
                (f" at {tb[-1].filename}:{tb[-1].lineno} ({tb[-1].name})" if tb else ''))
         _report_failure(KeyboardInterrupt(msg), path, tb_text=''.join(traceback.format_tb(e.__traceback__)))
-        r = st.world.rank if st.world is not None else current_world().rank
+        r = st.job.world.rank if st.job.world is not None else current_world().rank
         print(f"distrib: rank {r} {msg}", file=sys.stderr, flush=True)
         return
     rec = _report_failure(e, path)
-    if not isinstance(e, SystemExit) and not (path or st.record_path or os.environ.get('TORCHELASTIC_ERROR_FILE')):
+    if not isinstance(e, SystemExit) and not (path or st.job.record_path or os.environ.get('TORCHELASTIC_ERROR_FILE')):
         sys.excepthook(type(e), e, e.__traceback__)
     _settle(rec)
 

@@ -15,58 +15,34 @@ __all__ = ['RankState', 'rank_state', 'doing', 'long_phase', 'track', 'mark_queu
 
 # %% ../../nbs/04_runtime.position.ipynb #a30e0002
 @dataclass(eq=False)
-class RankState:
-    """The runtime state of this process as a rank of a distrib job: `rank_state()` is the process's one instance,
-    reached through the runtime's functions, never imported as a global (see the section above). The field groups:
+class Here:
+    """Where this rank's main thread is (`RankState.here`): written by the main thread, read by the watchdog, which
+    publishes it in the heartbeat.
 
-    Where the main thread is (written by it; the watchdog publishes it in the heartbeat):
-        learn: the Learner whose loop runs under distrib_ctx (`track`); None outside.
-        ops (tuple): distrib's operations in progress, innermost last, each `(kind, name, ident)`; kind is 'setup',
-            'collective', 'barrier' or 'phase' (`doing`).
-        colls (int): distrib collectives entered so far: a collective's `ident`, which tells the k-th from the
-            (k+1)-th.
-        cancels (int), barriers (int): Cancel*Exceptions checked with the other ranks (`agree_cancel`), store
-            barriers entered (`store_barrier`).
-        group (str): the process group: 'none', 'joining', 'joined' or 'left'.
-        state (str): 'running'; 'ending' once the script returned or raised; 'exited' at the very end.
-        code (int): the exit code, once known; None before.
-        failed_at (str): where the main thread was when an exception left `distrib_ctx` (`remember_position`).
-        left (dict): `{'error': 'Type: message', 'where': ...}` of that exception (the heartbeat publishes it).
-        left_error (tuple): `(exception, its formatted traceback)`: what this rank reports when a verdict of the
-            deadlock check names it as the cause.
-        waited (float): seconds the main thread spent in distrib's waits so far (collectives, barriers, set-up and
-            declared long phases, the outermost one of nested ones): the straggler check subtracts them.
-        timer: the `StepTimer` timing this rank's own work per training step (the straggler check); None: off.
-        phases (tuple): the declared long phases the main thread is in, outermost first, each `(name, start,
-            timeout)`: `time.monotonic()` at its start, its timeout in seconds or None (`long_phase`).
-    Its link to the job (written by `start_liveness`):
-        world (World): this process's place; main: the main thread's client of the job's store; dog: the watchdog
-            thread; addr (str): 'host:port' of the store; record_path (str): where this process's ErrorRecord goes
-            (None: `TORCHELASTIC_ERROR_FILE`); checks (tuple): the watchdog's checks of each tick,
-            `check(watchdog, now)`; announce: called as each distrib collective starts, None: nothing (under
-            `distrib.launch`, an at-record (`distrib.runtime.liveness`), which writes where in a local file, for the
-            launcher's summary after a crash: no store call); reported: the exception this process reported as its
-            failure (`report_failure`), None before.
-    What the watchdog learned, for the main thread:
-        failure (dict): the job's first failure or verdict, once read; None while there is none.
-        wait_key (str): the store key the main thread waits on in a distrib barrier; the watchdog sets it to wake
-            the main thread when the job failed.
-        waiting (int): the last value read of the job's `waiting` counter (its low 20 bits: the ranks waiting).
-    What the checks remember between two ticks (`distrib.runtime.stalls`, on the watchdog thread):
-        steps (deque): seconds per training step, the last 64 seen from the positions; last_step (tuple):
-            `((epoch, batch), time)` of the last training position that changed; stall_reported: the position
-            whose stall was reported; suspect (tuple): a deadlock seen once, to confirm at the next tick; settled
-            (tuple): `(waiting generation, position)` the examination found no deadlock in; stall_timeout (float):
-            `distrib_ctx(stall_timeout=...)`, None: the environment's; straggler (dict): the straggler check's
-            rounds (`distrib.runtime.stalls`; `decided`: the rounds this rank decided in); hold
-            (float): seconds a rank waits somewhere before it counts as waiting there for the deadlock check;
-            phase_due (tuple): `((name, start), seconds)`: when the outermost long phase is next reported.
-    Collectives queued and not done (NCCL's: the host goes on while its GPU waits for the other ranks; `mark_queued`):
-        queued (deque): `(position, done, since)` of each, oldest first: appended by the main thread, the done ones
-            popped by the watchdog; track_queued (bool): `mark_queued()` records CUDA events (`queue_tracking`:
-            `setup_distrib`, for a group whose CUDA backend is NCCL); queue_timeout (float): the process group's
-            timeout, after which the watchdog ends a rank whose oldest queued collective is not done."""
-
+    learn: the loop that runs under distrib_ctx (`track`; the loop protocol's `loop_position()`); None outside.
+    ops (tuple): distrib's operations in progress, innermost last, each `(kind, name, ident)`; kind is 'setup',
+        'collective', 'barrier' or 'phase' (`doing`).
+    colls (int): distrib collectives entered so far: a collective's `ident`, which tells the k-th from the (k+1)-th.
+    cancels (int), barriers (int): Cancel*Exceptions checked with the other ranks (`agree_cancel`), store barriers
+        entered (`store_barrier`).
+    group (str): the process group: 'none', 'joining', 'joined' or 'left'.
+    state (str): 'running'; 'ending' once the script returned or raised; 'exited' at the very end.
+    code (int): the exit code, once known; None before.
+    failed_at (str): where the main thread was when an exception left `distrib_ctx` (`remember_position`).
+    left (dict): `{'error': 'Type: message', 'where': ...}` of that exception (the heartbeat publishes it).
+    left_error (tuple): `(exception, its formatted traceback)`: what this rank reports when a verdict of the deadlock
+        check names it as the cause.
+    waited (float): seconds spent in distrib's waits so far (collectives, barriers, set-up and declared long phases,
+        the outermost one of nested ones): the straggler check subtracts them.
+    timer: the `StepTimer` timing this rank's own work per training step (the straggler check); None: off.
+    phases (tuple): the declared long phases the main thread is in, outermost first, each `(name, start, timeout)`:
+        `time.monotonic()` at its start, its timeout in seconds or None (`long_phase`).
+    queued (deque): `(position, done, since)` of each collective queued and not done (NCCL's: the host goes on while
+        its GPU waits for the other ranks; `mark_queued`), oldest first: appended by the main thread, the done ones
+        popped by the watchdog (`oldest_queued`).
+    track_queued (bool): `mark_queued()` records CUDA events (`queue_tracking`: `setup_distrib`, for a group whose
+        CUDA backend is NCCL); queue_timeout (float): the process group's timeout, after which the watchdog ends a
+        rank whose oldest queued collective is not done."""
     learn: object = None
     ops: tuple = ()
     colls: int = 0
@@ -81,29 +57,72 @@ class RankState:
     waited: float = 0.
     timer: object = None
     phases: tuple = ()
+    queued: deque = field(default_factory=deque)
+    track_queued: bool = False
+    queue_timeout: float|None = None
+
+@dataclass(eq=False)
+class JobLink:
+    """This rank's link to the job (`RankState.job`): set by `start_liveness` (None, empty: liveness does not run),
+    and what the watchdog and the main thread tell each other.
+
+    world (World): this process's place. store: the main thread's client of the job's store (under liveness's
+        prefix). dog: the watchdog thread (`distrib.runtime.liveness`). addr (str): 'host:port' of the store.
+    record_path (str): where this process's ErrorRecord goes (None: `TORCHELASTIC_ERROR_FILE`).
+    checks (tuple): the watchdog's checks of each tick, `check(watchdog, now)` (`watch_stalls`).
+    announce: called as each distrib collective starts; None: nothing (under `distrib.launch`, an at-record, which
+        writes where in a local file for the launcher's summary after a crash: no store call).
+    reported: the exception this process reported as its failure; None before.
+    failure (JobFailure): the job's first failure or verdict, once the watchdog read it; None while there is none.
+    wait_key (str): the store key the main thread waits on in a distrib barrier; the watchdog sets it to wake the
+        main thread when the job failed.
+    waiting (int): the last value the watchdog read of the job's `waiting` counter (`JobStore.count` decodes it)."""
     world: object = None
-    main: object = None
+    store: object = None
     dog: object = None
     addr: str|None = None
     record_path: str|None = None
     checks: tuple = ()
     announce: object = None
     reported: object = None
-    failure: dict|None = None
+    failure: object = None
     wait_key: str|None = None
     waiting: int = 0
+
+@dataclass(eq=False)
+class CheckMemory:
+    """What the watchdog's checks (`distrib.runtime.stalls`, `distrib.runtime.stragglers`) remember between two
+    ticks, on the watchdog thread, and their settings (`RankState.memo`).
+
+    steps (deque): seconds per training step, the last 64 seen from the positions; last_step (tuple):
+        `((epoch, batch), time)` of the last training position that changed.
+    stall_reported: the position whose stall was reported; suspect (tuple): a deadlock seen once, to confirm at the
+        next tick; settled (tuple): `(waiting generation, position)` the examination found no deadlock in.
+    stall_timeout (float): `distrib_ctx(stall_timeout=...)` (set by the main thread), None: the environment's.
+    straggler (dict): the straggler check's rounds (`decided`: the rounds this rank decided in).
+    hold (float): seconds a rank waits somewhere before it counts as waiting there for the deadlock check (and a
+        queued collective counts as this rank's position).
+    phase_due (tuple): `((name, start), seconds)`: when the outermost long phase is next reported."""
     steps: deque = field(default_factory=lambda: deque(maxlen=64))
     last_step: tuple|None = None
-    stall_reported: str|None = None
+    stall_reported: object = None
     suspect: tuple|None = None
     settled: tuple|None = None
     stall_timeout: float|None = None
     straggler: dict = field(default_factory=dict)
     hold: float = 3.
     phase_due: tuple|None = None
-    queued: deque = field(default_factory=deque)
-    track_queued: bool = False
-    queue_timeout: float|None = None
+
+# %% ../../nbs/04_runtime.position.ipynb #ff2f60e1
+@dataclass(eq=False)
+class RankState:
+    """The runtime state of this process as a rank of a distrib job, in three parts by owner: `here`, where the main
+    thread is (`Here`); `job`, its link to the job (`JobLink`); `memo`, what the watchdog's checks remember
+    (`CheckMemory`). `rank_state()` is the process's one instance: the runtime's modules reach it through their
+    functions, never import it as a global, and each field is written by one thread, a whole value at a time."""
+    here: Here = field(default_factory=Here)
+    job: JobLink = field(default_factory=JobLink)
+    memo: CheckMemory = field(default_factory=CheckMemory)
 
 _STATE = RankState()
 
@@ -113,9 +132,11 @@ def rank_state()->RankState:
 
 # %% ../../nbs/04_runtime.position.ipynb #00e07f42
 def reset_rank_state():
-    "Put every field of this process's `RankState` back to its default, in place: no group, no watchdog, nowhere"
-    for f in fields(RankState):
-        setattr(_STATE, f.name, f.default if f.default_factory is MISSING else f.default_factory())
+    """Put every field of this process's `RankState` back to its default, in place (its three parts stay the same
+    objects): no group, no watchdog, nowhere"""
+    for part in (_STATE.here, _STATE.job, _STATE.memo):
+        for f in fields(part):
+            setattr(part, f.name, f.default if f.default_factory is MISSING else f.default_factory())
 
 # %% ../../nbs/04_runtime.position.ipynb #5121c8ca
 @contextmanager
@@ -132,28 +153,28 @@ def doing(kind:str,        # 'setup', 'collective', 'barrier' or 'phase'
     'cpu:gloo,cuda:nccl') are done when they return, and an event after one would wait for the GPU's earlier work."""
     st = _STATE
     if kind == 'collective' and ident is None:
-        st.colls += 1
-        ident = st.colls
-    prev = st.ops
-    st.ops = prev + ((kind, name, ident),)  # a new tuple: the watchdog thread never sees one half-changed
-    if kind == 'collective' and st.announce is not None: st.announce()
+        st.here.colls += 1
+        ident = st.here.colls
+    prev = st.here.ops
+    st.here.ops = prev + ((kind, name, ident),)  # a new tuple: the watchdog thread never sees one half-changed
+    if kind == 'collective' and st.job.announce is not None: st.job.announce()
     start = None if prev else time.perf_counter()
     try: yield
     finally:
-        st.ops = prev
-        if start is not None: st.waited += time.perf_counter() - start
-    if kind == 'collective' and st.track_queued and (device is None or torch.device(device).type == 'cuda'):
+        st.here.ops = prev
+        if start is not None: st.here.waited += time.perf_counter() - start
+    if kind == 'collective' and st.here.track_queued and (device is None or torch.device(device).type == 'cuda'):
         mark_queued(name, ident=ident)  # NCCL's may still be on the GPU
 
 @contextmanager
 def _phase(name:str, timeout:float|None):
     "The block of `long_phase(name, timeout)`: in the state's `phases` and in this rank's position"
     st = _STATE
-    prev = st.phases
-    st.phases = prev + ((name, time.monotonic(), timeout),)  # a new tuple: the watchdog never sees one half-changed
+    prev = st.here.phases
+    st.here.phases = prev + ((name, time.monotonic(), timeout),)  # a new tuple: never seen half-changed
     try:
         with doing('phase', name): yield
-    finally: st.phases = prev
+    finally: st.here.phases = prev
 
 def long_phase(name:str,                # the phase in words: 'downloading the data set', "evaluating on rank 0"
                timeout:float|None=None, # seconds after which the phase ends the job; None: no limit
@@ -174,8 +195,9 @@ def track(learn):
     """Report the position of the loop `learn` in this rank's heartbeat (None: stop): any object with the loop
     protocol's `loop_position()` and `model` (`distrib.loop`); `DistributedTrainer` calls it"""
     st = _STATE
-    st.learn = learn
-    if learn is not None: st.failed_at = st.left = st.left_error = None  # a new context: what one left is old news
+    st.here.learn = learn
+    if learn is not None:  # a new context: what one left is old news
+        st.here.failed_at = st.here.left = st.here.left_error = None
 
 # %% ../../nbs/04_runtime.position.ipynb #42fa55ed
 def seconds_or_none(value,      # a number of seconds, or None
@@ -201,13 +223,13 @@ def position()->dict:
     `level` (the Learner's, while one is tracked), `sync` (True in DDP's gradient all-reduce), `op`, `name` and `id`
     (distrib's innermost operation), `phase` (the innermost declared long phase)"""
     st = _STATE
-    p, learn = {}, st.learn
+    p, learn = {}, st.here.learn
     if learn is not None:
         lp = learn.loop_position()   # the loop protocol (distrib.loop): distrib's Learner, fastai's through a callback
         ev = lp['event']
         p.update(event=ev, epoch=lp['epoch'], batch=lp['batch'], training=lp['training'], level=lp['level'])
         if ev == 'backward' and getattr(learn.model, 'require_backward_grad_sync', False): p['sync'] = True
-    ops = st.ops
+    ops = st.here.ops
     if ops:
         p['op'], p['name'], p['id'] = ops[-1]
         phases = [n for k, n, _ in ops if k == 'phase']
@@ -251,29 +273,30 @@ def mark_queued(name:str|None=None,  # the collective: 'all_reduce_sum'; None: t
                 ident=None,          # what tells two instances apart, as `doing`'s
                 **pos,               # position fields to set: `event='backward', sync=True` for DDP's all-reduce
                ):
-    """Record that this rank queued a collective that returned before it finished (see above): the watchdog shows
-    this rank waiting in it while the oldest such one is not done after `RankState.hold` seconds. With `done` None, a
+    """Record that this rank queued a collective that returned before it finished (NCCL's return once queued on the
+    GPU: the host goes on, and its position no longer says it waits for the others): the watchdog shows
+    this rank waiting in it while the oldest such one is not done after `CheckMemory.hold` seconds. With `done` None, a
     CUDA event recorded now on the current stream says when (`torch.cuda.Event.query`, never a synchronisation),
     and nothing is recorded unless `queue_tracking(True)` and CUDA is initialized."""
     st = _STATE
     if done is None:
-        if not st.track_queued or not torch.cuda.is_initialized(): return
+        if not st.here.track_queued or not torch.cuda.is_initialized(): return
         event, device = torch.cuda.Event(), torch.cuda.current_device()
         event.record()
         done = lambda: _query(event, device)
-    if len(st.queued) >= _QUEUED_MAX: return
+    if len(st.here.queued) >= _QUEUED_MAX: return
     p = position()
     p.pop('phase', None)
     p.update(pos)
     if name is not None: p.update(op='collective', name=name, id=ident)
     p['queued'] = True
-    st.queued.append((p, done, time.monotonic()))  # a deque: the watchdog pops from the other end
+    st.here.queued.append((p, done, time.monotonic()))  # a deque: the watchdog pops from the other end
 
 # %% ../../nbs/04_runtime.position.ipynb #3cbe788f
 def oldest_queued()->tuple|None:
     """The oldest recorded collective not done yet, `(position, done, since)`, after dropping the done ones (the
     watchdog's tick calls it; a `done` that raises counts as done); None when there is none"""
-    q = _STATE.queued
+    q = _STATE.here.queued
     while q:
         try: finished = q[0][1]()
         except Exception: finished = True  # a collective that failed is over: its error reaches the main thread
@@ -286,5 +309,5 @@ def queue_tracking(on:bool,                # record CUDA events for collectives 
                   ):
     "Switch the recording of queued NCCL collectives on or off (`setup_distrib`), and set the process group's timeout"
     st = _STATE
-    st.track_queued, st.queue_timeout = on, timeout
-    if not on: st.queued.clear()
+    st.here.track_queued, st.here.queue_timeout = on, timeout
+    if not on: st.here.queued.clear()

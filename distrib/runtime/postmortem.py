@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, shutil, tempfile
 from contextlib import contextmanager
 from .position import describe, waits_for_others, wait_id
-from .schema import JobStore, JobFailure, Heartbeat
+from .schema import JobStore, JobFailure, Heartbeat, STORE_ERRORS, store_client
 
 # %% auto #0
 __all__ = ['LauncherView']
@@ -62,6 +62,17 @@ class LauncherView:
             else: os.environ[JobStore.AT_DIR_ENV] = saved
             shutil.rmtree(d, ignore_errors=True)
 
+    STORE_ERRORS = STORE_ERRORS  # what its methods raise when the job's store is gone (`distrib.runtime.schema`)
+
+    @staticmethod
+    def client(env:dict, # a worker's environment (torchrun's): its `MASTER_ADDR` and `MASTER_PORT`
+              )->tuple:  # (a client of the job's store, its keys unprefixed; the attempt, `TORCHELASTIC_RESTART_COUNT`)
+        """A new client of the job's store that the worker of environment `env` uses (`store_client`, waiting 10 s
+        at most), for `record_exit` and `copy_at_records`, with the worker's attempt. Raises one of `STORE_ERRORS`
+        when the store cannot be reached, `KeyError` or `ValueError` for an environment without its address"""
+        store = store_client(env['MASTER_ADDR'], int(env['MASTER_PORT']), timeout=10.)
+        return store, int(env.get('TORCHELASTIC_RESTART_COUNT', 0))
+
     @staticmethod
     def record_exit(store,               # a client of the job's store, its keys unprefixed (the launcher's agent's)
                     rank:int,            # the global rank of the worker that exited
@@ -111,7 +122,7 @@ class LauncherView:
                 hbs = JobStore(store, n).all_heartbeats(world_size)  # with the at-records copied
                 for hb in hbs.values():  # no at-record copied (another launcher): the heartbeat's collective, if any
                     if not hb.at: hb.at = _at_from_heartbeat(hb)
-            except Exception: return {}  # no store to read (it is gone): the summary goes without positions
+            except STORE_ERRORS: return {}  # no store to read (it is gone): the summary goes without positions
             if hbs: return hbs
         return {}
 

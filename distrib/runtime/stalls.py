@@ -4,13 +4,14 @@
 
 # %% ../../nbs/07_runtime.stalls.ipynb #982d810c
 from __future__ import annotations
-import os, sys, json, math
+import sys, json, math
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, LongPhaseTimeoutError,
                                     blame_text)
 from .position import rank_state, describe, position, seconds_or_none, waits_for_others, wait_id
 from .schema import JobStore, JobFailure, Heartbeat
+from .world import env_number
 from .waits import stuck_error
 from .stragglers import watch_stragglers
 
@@ -23,27 +24,18 @@ _STALL_STEPS = 20     # ... and at least this many times the fit's median step t
 _MISMATCH_AFTER = 3.0  # seconds a rank waits in another collective than this one's before the two diverged
 _STACK_FRAMES = 12    # the innermost frames of a main thread's stack that a report shows
 
-def _env_seconds(name:str)->float|None:
-    "The number of seconds >= 0 in environment variable `name`; None when unset or empty"
-    v = os.environ.get(name, '').strip()
-    if not v: return None
-    try: t = float(v)
-    except ValueError: t = -1.
-    if not t >= 0 or math.isinf(t): raise ValueError(f"{name}={v!r}: it must be a number of seconds >= 0 (0: off)")
-    return t
-
 def _stall_report_after()->float|None:
     """Seconds a rank stays stuck before its stall is reported: `DISTRIB_STALL_REPORT` (0: never); None when unset:
     the default, `max(_STALL_FLOOR, _STALL_STEPS` × the fit's median step time`)`. Raises `ValueError` for a value that
     is not a number >= 0."""
-    return _env_seconds('DISTRIB_STALL_REPORT')
+    return env_number('DISTRIB_STALL_REPORT', None)
 
 def _stall_timeout()->float|None:
     """Seconds a rank stays stuck before its stall ends the job: `distrib_ctx(stall_timeout=...)` while inside it,
     else `DISTRIB_STALL_TIMEOUT`; None (or 0): never, the job only reports it. Raises `ValueError` for an environment
     value that is not a number >= 0."""
-    t = rank_state().stall_timeout
-    return (t if t is not None else _env_seconds('DISTRIB_STALL_TIMEOUT')) or None
+    t = rank_state().memo.stall_timeout
+    return (t if t is not None else env_number('DISTRIB_STALL_TIMEOUT', None)) or None
 
 def stall_timeout_for(t:float|None, # seconds a rank may stay stuck while others wait; None: leave it as it is
                      ):
@@ -56,10 +48,10 @@ def stall_timeout_for(t:float|None, # seconds a rank may stay stuck while others
 def _stall_timeout_block(t:float|None):
     "The block of `stall_timeout_for(t)`"
     st = rank_state()
-    prev = st.stall_timeout
-    if t is not None: st.stall_timeout = t
+    prev = st.memo.stall_timeout
+    if t is not None: st.memo.stall_timeout = t
     try: yield
-    finally: st.stall_timeout = prev
+    finally: st.memo.stall_timeout = prev
 
 # %% ../../nbs/07_runtime.stalls.ipynb #54fa9d75
 def _stall_report_threshold(dog)->float:
@@ -87,21 +79,22 @@ def _watch_phases(dog,        # the rank's `_Watchdog`, after its tick's store c
     """The watchdog's check of this rank's declared long phases (`long_phase`), without a store call: ends the job
     when one lasted past its timeout (`LongPhaseTimeoutError`); reports the outermost one once it lasted
     `_PHASE_REPORT_FACTOR` × `_stall_report_threshold()`, then each time its duration doubles, while a rank waits (the
-    `waiting` counter as the tick last read it) or on rank 0 (see above)"""
+    `waiting` counter as the tick last read it: the ranks in long phases are the ones waited for); when no rank
+    waits, only rank 0 reports its own (ranks each in a long phase of their own print one line, not one per rank)"""
     st = rank_state()
-    phases = st.phases
-    if not phases: st.phase_due = None; return
+    phases = st.here.phases
+    if not phases: st.memo.phase_due = None; return
     for name, start, timeout in phases:
         if timeout is not None and now - start >= timeout: return _phase_timeout(dog, name, now - start, timeout)
     name, start, _ = phases[0]
     key, age, me = (name, start), now - start, dog.world.rank
-    due = (st.phase_due[1] if st.phase_due is not None and st.phase_due[0] == key else
+    due = (st.memo.phase_due[1] if st.memo.phase_due is not None and st.memo.phase_due[0] == key else
            _PHASE_REPORT_FACTOR * _stall_report_threshold(dog))
-    st.phase_due = (key, due)
-    waiting = st.waiting % JobStore.WAITING_GEN
+    st.memo.phase_due = (key, due)
+    waiting = JobStore.count(st.job.waiting)
     if age < due or not waiting and me != 0: return
     while due <= age: due *= 2
-    st.phase_due = (key, due)
+    st.memo.phase_due = (key, due)
     inner = f" (now in its phase {phases[-1][0]!r} inside it)" if len(phases) > 1 else ''
     who = ("the ranks that wait for it wait as long as it lasts" if waiting else
            "no rank waits for it now (when no rank waits, rank 0 alone reports its long phases)")
@@ -125,7 +118,7 @@ _LEFT = "left distrib_ctx by an exception, so it never joins this collective of 
 def _diverged(mine:dict,   # this rank's position (it waits)
               hbs:dict,    # rank -> last heartbeat, of every other rank
               hold:float,  # seconds a rank must have been where it waits
-              colls:int=0, # the distrib collectives this rank entered (`RankState.colls`)
+              colls:int=0, # the distrib collectives this rank entered (`Here.colls`)
              )->dict|None: # rank -> {'how', 'where'} for the ranks that can never join this wait; None if not certain
     """The ranks that wait elsewhere, when every rank that has not exited waits and one of them not in this rank's
     collective, or in the same place after another number of distrib collectives (one ran on some ranks only: their
@@ -217,13 +210,13 @@ def _deadlock(dog, mine:dict, odd:dict, hbs:dict):
 
 def _confirmed(key:str, odd:dict, hbs:dict)->bool:
     """True when deadlock `odd` was seen at an earlier tick too, with this rank at position `key` since and each rank
-    of `odd` having sent a heartbeat since (its `beat` grew); else remembers this sighting (`RankState.suspect`)"""
+    of `odd` having sent a heartbeat since (its `beat` grew); else remembers this sighting (`CheckMemory.suspect`)"""
     st = rank_state()
     seen = (key, json.dumps(odd, sort_keys=True))
-    if st.suspect is None or st.suspect[:2] != seen:
-        st.suspect = seen + ({r: hbs[r].beat or 0 for r in odd},)
+    if st.memo.suspect is None or st.memo.suspect[:2] != seen:
+        st.memo.suspect = seen + ({r: hbs[r].beat or 0 for r in odd},)
         return False
-    return all((hbs[r].beat or 0) > st.suspect[2][r] for r in odd)
+    return all((hbs[r].beat or 0) > st.memo.suspect[2][r] for r in odd)
 
 def _publish(dog, why:str, cause:int, odd:dict, hbs:dict):
     """Publish the verdict that `cause` caused the deadlock (`_verdict`'s `why` and `odd`) in the job's failure
@@ -247,18 +240,18 @@ def _examine(dog,        # rank 0's `_Watchdog`
     cause (`_publish`), or, when no rank is to blame, end this rank with its own `RanksDivergedError`. A job found
     not deadlocked (all in one slow collective) is not read again until the counter says a rank moved."""
     st = rank_state()
-    n, v = dog.world.world_size, st.waiting
-    if v % JobStore.WAITING_GEN < n or st.settled == (v // JobStore.WAITING_GEN, dog.pos_key): st.suspect = None; return
+    n, v = dog.world.world_size, st.job.waiting
+    if JobStore.count(v) < n or st.memo.settled == (JobStore.generation(v), dog.pos_key): st.memo.suspect = None; return
     hold = max(_MISMATCH_AFTER, 2*dog.median_step())
     hbs, mine = dog.js.heartbeats(range(n)), dog.pos
-    hbs[0] = replace(hbs.get(0, Heartbeat()), pos=mine, age=now - dog.pos_since, left=st.left, colls=st.colls,
-                     state=st.state)
+    hbs[0] = replace(hbs.get(0, Heartbeat()), pos=mine, age=now - dog.pos_since, left=st.here.left, colls=st.here.colls,
+                     state=st.here.state)
     found = _verdict(hbs, hold)
-    if found.state == 'moving': st.settled, st.suspect = (v // JobStore.WAITING_GEN, dog.pos_key), None; return
+    if found.state == 'moving': st.memo.settled, st.memo.suspect = (JobStore.generation(v), dog.pos_key), None; return
     if found.state == 'young': return
     why, cause, odd = found.why, found.cause, found.odd
     if cause is None and waits_for_others(mine):  # no rank to blame: the deadlock from rank 0's position
-        odd = _diverged(mine, {r: hb for r, hb in hbs.items() if r != 0}, hold, st.colls) or odd
+        odd = _diverged(mine, {r: hb for r, hb in hbs.items() if r != 0}, hold, st.here.colls) or odd
     if not _confirmed(dog.pos_key, odd or {0: {}}, hbs): return
     if cause is not None: return _publish(dog, why, cause, odd, hbs)
     if waits_for_others(mine) and odd: return _deadlock(dog, mine, odd, hbs)
@@ -273,17 +266,17 @@ def _first_step(learn)->bool:
 def _stall(dog, mine:dict, age:float):
     "Report (or, past `_stall_timeout()`, end) this rank's stall: at `mine` for `age` s while a peer waits for it"
     st = rank_state()
-    if waits_for_others(mine) or mine.get('phase') or st.state != 'running' or _first_step(st.learn): return
+    if waits_for_others(mine) or mine.get('phase') or st.here.state != 'running' or _first_step(st.here.learn): return
     after, end_after = _stall_report_threshold(dog), _stall_timeout()
     if age < min(after, end_after or math.inf): return
     ending = end_after is not None and age >= end_after
-    if not ending and st.stall_reported in (dog.pos_key, (dog.pos_key, st.waiting)): return
-    if st.waiting % JobStore.WAITING_GEN == 0: return  # nobody waits (the counter as the watchdog last read it)
+    if not ending and st.memo.stall_reported in (dog.pos_key, (dog.pos_key, st.job.waiting)): return
+    if JobStore.count(st.job.waiting) == 0: return  # nobody waits (the counter as the watchdog last read it)
     me, n = dog.world.rank, dog.world.world_size
     hbs = dog.js.heartbeats([r for r in range(n) if r != me])  # once per stall: one check, one multi_get
     waiting = {r: hb for r, hb in hbs.items() if not hb.exited and waits_for_others(hb.pos)}
-    if not waiting: st.stall_reported = (dog.pos_key, st.waiting); return  # look again once the counter changes
-    st.stall_reported = dog.pos_key
+    if not waiting: st.memo.stall_reported = (dog.pos_key, st.job.waiting); return  # again once the counter moves
+    st.memo.stall_reported = dog.pos_key
     shown = dict(list(waiting.items())[:4])
     others = '; '.join(f"rank {r} waits in {describe(hb.pos)} (for {hb.age:.0f} s)"
                        for r, hb in shown.items()) + (f"; and {len(waiting) - 4} more ranks wait"
@@ -303,12 +296,12 @@ def _stall(dog, mine:dict, age:float):
 
 def _queued_timeout(dog, entry:tuple, now:float):
     """End this rank: its oldest queued collective (`entry`, `mark_queued`) has not finished within the process
-    group's timeout (`RankState.queue_timeout`). The `CollectiveTimeoutError` names the ranks not in it (one read of
+    group's timeout (`Here.queue_timeout`). The `CollectiveTimeoutError` names the ranks not in it (one read of
     the heartbeats), before NCCL's own watchdog aborts the waiting ranks without a word (its timeout has a grace)."""
     st, me = rank_state(), dog.world.rank
     pos, _, since = entry
     hbs = dog.js.heartbeats([r for r in range(dog.world.world_size) if r != me])
-    dog.end(stuck_error(describe(dict(pos, queued=False)), me, now - since, st.queue_timeout, hbs, mine=pos,
+    dog.end(stuck_error(describe(dict(pos, queued=False)), me, now - since, st.here.queue_timeout, hbs, mine=pos,
                         context=f", queued while its main thread went on (it is in {describe(position())})",
                         op=pos.get('name')), stack=True)
 
@@ -323,15 +316,15 @@ def _watch(dog,        # the rank's `_Watchdog`, after its tick's store calls
     _watch_phases(dog, now)
     if dog.ending: return
     mine, age = dog.pos, now - dog.pos_since
-    st.hold = max(_MISMATCH_AFTER, 2*dog.median_step())
-    q = st.queued
-    if q and st.queue_timeout and now - q[0][2] >= st.queue_timeout: return _queued_timeout(dog, q[0], now)
-    if not waits_for_others(mine) and not (st.left and not mine.get('event')): _stall(dog, mine, age)
+    st.memo.hold = max(_MISMATCH_AFTER, 2*dog.median_step())
+    q = st.here.queued
+    if q and st.here.queue_timeout and now - q[0][2] >= st.here.queue_timeout: return _queued_timeout(dog, q[0], now)
+    if not waits_for_others(mine) and not (st.here.left and not mine.get('event')): _stall(dog, mine, age)
     if dog.world.rank == 0 and not dog.ending: _examine(dog, now)
 
 def watch_stalls():
     """Have the watchdog run the deadlock and stall checks (`_watch`) and the straggler check (`watch_stragglers`) at
-    each tick, after its store calls (`RankState.checks`, each called as `check(watchdog, now)`): whoever starts
+    each tick, after its store calls (`JobLink.checks`, each called as `check(watchdog, now)`): whoever starts
     liveness calls it first (`setup_distrib`, `distrib.runtime.group.run_as_rank`); calling it again does nothing"""
     st = rank_state()
-    st.checks = st.checks + tuple(c for c in (_watch, watch_stragglers) if c not in st.checks)
+    st.job.checks = st.job.checks + tuple(c for c in (_watch, watch_stragglers) if c not in st.job.checks)

@@ -4,11 +4,12 @@
 
 # %% ../../nbs/06a_runtime.stragglers.ipynb #c6a0a002
 from __future__ import annotations
-import os, sys, math, time
+import sys, math, time
 from collections import deque
 import torch
 from .position import rank_state
 from .schema import JobStore
+from .world import env_number
 
 # %% auto #0
 __all__ = ['StepTimer']
@@ -27,22 +28,12 @@ def _straggler_steps()->int:
     """The training steps a rank's time per step is averaged over for the straggler check:
     `DISTRIB_STRAGGLER_STEPS`, default `_STRAGGLER_STEPS`; 0 switches the check off. Raises `ValueError` for a value
     that is not an integer >= 0."""
-    v = os.environ.get('DISTRIB_STRAGGLER_STEPS', '').strip()
-    if not v: return _STRAGGLER_STEPS
-    if not v.isdigit(): raise ValueError(f"DISTRIB_STRAGGLER_STEPS={v!r}: it must be a number of steps >= 0 (0: off)")
-    return int(v)
+    return env_number('DISTRIB_STRAGGLER_STEPS', _STRAGGLER_STEPS, 'steps', integer=True)
 
 def _straggler_ratio()->float:
     """How many times the median rank's time per step a straggler spends: `DISTRIB_STRAGGLER_RATIO`, default
     `_STRAGGLER_RATIO`; 0 switches the check off. Raises `ValueError` for a value that is neither 0 nor a number > 1."""
-    v = os.environ.get('DISTRIB_STRAGGLER_RATIO', '').strip()
-    if not v: return _STRAGGLER_RATIO
-    try: t = float(v)
-    except ValueError: t = -1.
-    if not (t == 0 or 1 < t < math.inf):
-        raise ValueError(f"DISTRIB_STRAGGLER_RATIO={v!r}: it must be a number > 1 (times the median rank's time), "
-                         "or 0 (off)")
-    return t
+    return env_number('DISTRIB_STRAGGLER_RATIO', _STRAGGLER_RATIO, "times the median rank's time", above=1)
 
 def _time_bucket(secs:float)->int:
     "The bucket of the histogram that `secs` seconds fall in: 0 to `_HIST_BUCKETS - 1`, the ends taking the rest"
@@ -65,11 +56,11 @@ class StepTimer:
     """This rank's own work per training step, for the straggler check: from one `after_batch` of a training pass
     to the next, less backward (`before_backward` to `after_backward`: DDP's all-reduce of gradients waits there),
     less the spans between `wait_began` and `wait_ended` (DDP's buffer broadcast in the forward) and the seconds
-    `RankState.waited` grew (distrib's collectives, barriers, declared long phases). `mean()` is the mean over the
+    `Here.waited` grew (distrib's collectives, barriers, declared long phases). `mean()` is the mean over the
     last `steps` steps (seconds); `ratio` is the straggler check's `_straggler_ratio()`, read once, in the main
     thread. On a CUDA device (`cuda=True`) the spans are CUDA events on the current stream,
     read a step later with `Event.query()` (no synchronisation; a step whose events are not done after 4 more steps
-    is dropped); else `time.perf_counter()`. `DistributedTrainer` drives it; `RankState.timer` holds it."""
+    is dropped); else `time.perf_counter()`. `DistributedTrainer` drives it; `Here.timer` holds it."""
     def __init__(self, steps:int, ratio:float=_STRAGGLER_RATIO, cuda:bool=False):
         self.steps, self.ratio, self.cuda = steps, ratio, cuda
         self.own, self.total, self.window = deque(maxlen=steps), 0., (0., 0)
@@ -109,7 +100,7 @@ class StepTimer:
 
     def after_batch(self):
         "A training step ended: its own work is noted once its times are known"
-        end, waited = self._mark(), rank_state().waited
+        end, waited = self._mark(), rank_state().here.waited
         if self.cur is not None: self.todo.append(dict(self.cur, end=end, host=waited - self.cur['waited']))
         self.cur = {'start': end, 'spans': [], 'waited': waited}
         while self.todo and (not self.cuda or self.todo[0]['end'].query()): self._note(self.todo.popleft())
@@ -158,21 +149,21 @@ def _lead(dog, s:dict, rnd:int, named:int, now:float):
             for rec in JobStore.stragglers(dog.values[JobStore.STRAGGLERS])[shown:named]:
                 print(_straggler_line(rec), file=sys.stderr, flush=True)
             s['shown'] = named
-    timer = rank_state().timer
+    timer = rank_state().here.timer
     if timer is None or timer.mean() is None: return
     every = max(_STRAGGLER_EVERY, timer.steps * dog.median_step())
     if now - s.get('started', -math.inf) < every: return
     s['started'] = now
     keys = _round_keys((rnd + 1) % _SLOTS)  # last used four rounds ago
     dog.later(lambda js: js.reset(keys))
-    dog.later(lambda js: js.add(JobStore.STRAGGLER, JobStore.WAITING_GEN))
+    dog.later(lambda js: js.next_straggler_round())
 
 def _join(dog, s:dict, rnd:int):
     "This rank's part of round `rnd`: count itself in the histogram, read it once complete, name itself if it lags"
     st, world = rank_state(), dog.world
     if rnd > s.get('round', 0):  # a new round
         s['round'] = rnd
-        timer = st.timer
+        timer = st.here.timer
         own = timer.mean() if timer is not None else None
         s['pending'] = p = None if own is None else {'own': own, 'n': 0, 'keys': _round_keys(rnd % _SLOTS),
                                                      'ratio': timer.ratio, 'steps': timer.steps}
@@ -201,11 +192,13 @@ def watch_stragglers(dog,        # the rank's `_Watchdog`, after its tick's stor
                      now:float,  # `time.monotonic()` of this tick
                     ):
     """The watchdog's straggler check, at each tick that read the job's counters: rank 0 starts the rounds and prints
-    the stragglers named; every rank with a full window of steps (`RankState.timer`) takes part in each round
-    (see above). Its writes take the place of a tick's read: two store calls per tick, at any number of ranks."""
+    the stragglers named; every rank with a full window of steps (`Here.timer`) takes part in each round: it adds 1
+    to its bucket of the round's histogram of times per step, then 1 to the round's count; once the count is the
+    world size it reads the histogram, and names itself when its time is over the ratio times the median bucket's
+    (`_join`). Its writes take the place of a tick's read: two store calls per tick, at any number of ranks."""
     st = rank_state()
-    if not dog.fresh or st.timer is None and dog.world.rank != 0: return
-    v = int(dog.values[JobStore.STRAGGLER])
-    rnd, named = v // JobStore.WAITING_GEN, v % JobStore.WAITING_GEN
-    if dog.world.rank == 0: _lead(dog, st.straggler, rnd, named, now)
-    _join(dog, st.straggler, rnd)
+    if not dog.fresh or st.here.timer is None and dog.world.rank != 0: return
+    v = dog.values[JobStore.STRAGGLER]
+    rnd, named = JobStore.generation(v), JobStore.count(v)
+    if dog.world.rank == 0: _lead(dog, st.memo.straggler, rnd, named, now)
+    _join(dog, st.memo.straggler, rnd)

@@ -9,7 +9,7 @@ import torch.distributed as dist
 from .errors import (CollectiveTimeoutError, PeerFailedError, RanksDivergedError, traceback_collective,
                                     blame_text)
 from .position import rank_state, doing, position, describe, wait_id
-from .schema import JobStore, Heartbeat
+from .schema import JobStore, Heartbeat, STORE_ERRORS
 from .liveness import INTERVAL, GRACE, running, peers_gone
 
 # %% auto #0
@@ -21,7 +21,7 @@ _LONG_WAIT = 86400.    # seconds of one server-side wait when nothing is to be c
 def _peer_heartbeats(ranks, store=None)->dict:
     """The last heartbeat of each rank of `ranks` that published one, by rank: one `check` of them all, then one
     `multi_get` (when one has not published any yet, a `check` per rank first, only then)"""
-    return JobStore(rank_state().main if store is None else store).heartbeats(ranks)
+    return JobStore(rank_state().job.store if store is None else store).heartbeats(ranks)
 
 def _late_how(hb:Heartbeat)->str:
     "How a rank that did not arrive, of heartbeat `hb`, spends its time, in words"
@@ -59,9 +59,9 @@ def stuck_error(what:str,              # the wait, in words: 'all_reduce', "Lear
         "and the others wait for it in distrib_barrier()", blame, op or what, caller)
 
 def _failed(what:str, rank:int):
-    """Raise for the job's failure or verdict that the watchdog read (`RankState.failure`), if any, as rank `rank`
+    """Raise for the job's failure or verdict that the watchdog read (`JobLink.failure`), if any, as rank `rank`
     waiting in `what`: its own `RanksDivergedError` when a verdict names it as the cause, else `PeerFailedError`"""
-    info = rank_state().failure
+    info = rank_state().job.failure
     if info is None or info.rank == rank: return
     if info.kind == 'verdict' and info.cause == rank:
         odd = dict(info.odd or {})
@@ -90,7 +90,7 @@ class _Waiter:
         return self
     def _run(self, keys:list):
         try: self.conn.wait(keys, datetime.timedelta(seconds=_LONG_WAIT))
-        except Exception as e: self.error = e  # handed to the main thread, which raises it (or waits again)
+        except STORE_ERRORS as e: self.error = e  # handed to the main thread, which raises it (or waits again)
         finally: self.done.set()
     def close(self):
         "Keep the clone for the next wait, unless this one is still blocked in it (abandoned: it is left there)"
@@ -110,7 +110,7 @@ def _value(s, key:str, what:str, rank:int)->str:
     _failed(what, rank)
     v = s.get(key)
     if v != b'failed': return v.decode()
-    st.failure = st.failure or JobStore(s).first_failure()  # woken by another rank's watchdog: it is in the store
+    st.job.failure = st.job.failure or JobStore(s).first_failure()  # woken by another rank's watchdog: it is there
     _failed(what, rank)
     raise PeerFailedError(f"rank {rank} stops waiting in {what}: the job failed", {})
 
@@ -122,8 +122,8 @@ def _wait_key(key:str, what:str, check=None)->str:
     With looks to make, the store's wait runs on a clone of the client in a thread (`_Waiter`) and the main thread
     sleeps until the next look: no wait times out in torch's client, which would log two lines each time."""
     st = rank_state()
-    s, rank = st.main, st.world.rank
-    st.wait_key = key
+    s, rank = st.job.store, st.job.world.rank
+    st.job.wait_key = key
     try:
         _failed(what, rank)
         nxt = check(None) if check is not None else None
@@ -140,7 +140,7 @@ def _wait_key(key:str, what:str, check=None)->str:
         if isinstance(w.error, dist.DistStoreError): return _wait_key(key, what, check)  # a day passed (no look due)
         if w.error is not None: raise w.error
         return _value(s, key, what, rank)
-    finally: st.wait_key = None
+    finally: st.job.wait_key = None
 
 def _stall_check(pending, what:str, stall_after:float|None, start:float, ranks=None):
     """A `check` for `_wait_key`: at `stall_after` seconds into the wait, read the heartbeats of `ranks` (default:
@@ -148,7 +148,7 @@ def _stall_check(pending, what:str, stall_after:float|None, start:float, ranks=N
     `CollectiveTimeoutError` when the pending ones have been where they are, outside declared long phases, for
     `stall_after` s; else return when to look again. None for no limit (`stall_after` None)."""
     if stall_after is None: return None
-    w = rank_state().world
+    w = rank_state().job.world
     def check(now):
         if now is None: return start + stall_after
         hbs = _peer_heartbeats(range(w.world_size) if ranks is None else ranks)
@@ -171,9 +171,9 @@ def _meet(key:str, what:str, stall_after:float|None, pending):
     (`JobStore.done_key`); each waits for it (`_wait_key`), the first to arrive looking for a stall (`_stall_check`):
     2 calls per rank (3 for the last)"""
     st = rank_state()
-    js = JobStore(st.main)
+    js = JobStore(st.job.store)
     n, done = js.add(key, 1), JobStore.done_key(key)
-    if n >= st.world.world_size: st.main.set(done, 'ok')
+    if n >= st.job.world.world_size: st.job.store.set(done, 'ok')
     check = _stall_check(pending, what, stall_after, time.monotonic()) if n == 1 else None
     _wait_key(done, what, check)
 
@@ -189,16 +189,16 @@ def store_barrier(name:str,                    # the barrier in words: "Learner.
     raises `RanksDivergedError`, the others `PeerFailedError`."""
     if not running(): return False
     st = rank_state()
-    st.barriers += 1
-    k = st.barriers
+    st.here.barriers += 1
+    k = st.here.barriers
     with doing('barrier', name, k):
-        _meet(JobStore(st.main).barrier_key(k, name), name, stall_after, lambda r, hb: hb.barriers < k)
+        _meet(JobStore(st.job.store).barrier_key(k, name), name, stall_after, lambda r, hb: hb.barriers < k)
     return True
 
 def announce(n:int, value:str):
     "Store `value` as announcement `n` (a number that every rank counts alike) for the ranks that `wait_for` it"
     st = rank_state()
-    st.main.set(JobStore(st.main).announce_key(n), value)
+    st.job.store.set(JobStore(st.job.store).announce_key(n), value)
 
 def wait_for(n:int,                     # the announcement another rank makes (`announce`)
              rank:int,                  # the rank that announces it
@@ -208,7 +208,7 @@ def wait_for(n:int,                     # the announcement another rank makes (`
     """Block until rank `rank` announced `n` (one server-side wait), as `store_barrier` waits; declared long phases
     of `rank` do not count. Rank `rank + 1` alone looks for its stall, reading `rank`'s heartbeat only."""
     st = rank_state()
-    w, key = st.world, JobStore(st.main).announce_key(n)
+    w, key = st.job.world, JobStore(st.job.store).announce_key(n)
     owner = w.rank == (rank + 1) % w.world_size
     with doing('barrier', what, key):
         check = _stall_check(lambda r, hb: True, what, stall_after, time.monotonic(), [rank]) if owner else None
@@ -224,10 +224,10 @@ def agree_cancel(e:BaseException,              # the Cancel*Exception this rank 
     rank 0's examination of a job whose ranks all wait names this rank as the cause (`distrib.runtime.stalls`)."""
     if getattr(e, 'every_rank', False) or not running(): return
     st = rank_state()
-    st.cancels += 1
-    k, p = st.cancels, position()
+    st.here.cancels += 1
+    k, p = st.here.cancels, position()
     mine = {'type': type(e).__name__, 'level': p.get('level'), 'where': describe(p)}
-    key, ident = JobStore(st.main).cancel_key(k, mine['type'], mine['level'])
+    key, ident = JobStore(st.job.store).cancel_key(k, mine['type'], mine['level'])
     what = f"the check that every rank raised {mine['type']}"
     try:
         with doing('barrier', what, ident):
@@ -235,9 +235,9 @@ def agree_cancel(e:BaseException,              # the Cancel*Exception this rank 
         return
     except RanksDivergedError as d: others = blame_text(d.blame)
     raise RanksDivergedError(
-        f"{mine['type']} was raised on rank {st.world.rank} in {mine['where']}, but not on every rank at that point "
-        f"({others}). Under distrib_ctx a Cancel*Exception must be raised on every rank at the same point, or the "
-        f"ranks run different collectives and wait for one another forever: decide from values every rank has (the "
+        f"{mine['type']} was raised on rank {st.job.world.rank} in {mine['where']}, but not on every rank at that "
+        f"point ({others}). Under distrib_ctx a Cancel*Exception must be raised on every rank at the same point, or "
+        f"the ranks run different collectives and wait for one another forever: decide from values every rank has (the "
         f"Recorder's metrics are averaged over ranks; all_reduce_sum or broadcast_object share one rank's value) and "
         f"raise it on every rank; to end the whole job, raise another exception") from e
 
@@ -256,10 +256,10 @@ def explain_failure(e:BaseException,          # an exception this rank raised
     op, caller = traceback_collective(e.__traceback__)
     if op is None: return e
     st = rank_state()
-    w, dog, s = st.world, st.dog, st.main
+    w, dog, s = st.job.world, st.job.dog, st.job.store
     js, at = JobStore(s), f" (called from {caller})" if caller else ''
     try:
-        info = st.failure or js.first_failure()
+        info = st.job.failure or js.first_failure()
         if info is None and js.add(JobStore.EXPLAIN, 1) > 1:  # another rank explains it: wait for its report
             if not _wait_quietly(s, [js.failure_key(1)], GRACE + 1): return e
             info = js.first_failure()
@@ -269,10 +269,10 @@ def explain_failure(e:BaseException,          # an exception this rank raised
                                    blame, op, caller)
         hbs = _peer_heartbeats([r for r in range(w.world_size) if r != w.rank])
         gone, record_wait = peers_gone(hbs)
-    except Exception: return e  # no store to explain it with: the original error, unchanged, is raised
+    except STORE_ERRORS: return e  # no store to explain it with: the original error, unchanged, is raised
     if record_wait:  # a process gone without a goodbye: its launcher's record says how it ended
         try: info = js.first_failure() if _wait_quietly(s, [js.failure_key(1)], record_wait) else None
-        except Exception: info = None  # none came (another exit code: the launcher ends the job): the verdict below
+        except STORE_ERRORS: info = None  # none came (another exit code: the launcher ends the job): the verdict below
         if info is not None and info.rank != w.rank:
             blame = info.blamed()
             return PeerFailedError(f"{op} failed on rank {w.rank}{at} because the job failed: {blame_text(blame)}",

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/00_runtime.world.ipynb #9d0b8363
 from __future__ import annotations
-import os
+import os, math
 from dataclasses import dataclass, replace
 from typing import Mapping
 import torch.distributed as dist
@@ -263,3 +263,22 @@ def num_distrib()->int:
 def local_rank_distrib()->int:
     "Rank of this process on its node (`current_world().local_rank`), the index of its GPU by convention; 0 when alone"
     return current_world().local_rank
+
+# %% ../../nbs/00_runtime.world.ipynb #1171fa4e
+def env_number(name:str,             # the variable: 'DISTRIB_LIVENESS_TIMEOUT'
+               default,              # its value when unset or blank (None: the caller's own default rule)
+               what:str='seconds',   # what it counts, for the error: 'seconds', 'steps', "times the median rank's time"
+               above:float=0,        # a value other than 0 must be greater than this
+               integer:bool=False,   # whole numbers only
+              ):                     # `default`, 0 (off), or a number > `above` (an int when `integer`)
+    """The number in environment variable `name`: `default` when it is unset or blank; else 0 (off) or a finite
+    number greater than `above` (a whole one when `integer`). Raises `ValueError` naming the variable, its value and
+    what to set otherwise."""
+    v = os.environ.get(name, '').strip()
+    if not v: return default
+    try: x = int(v) if integer else float(v)
+    except ValueError: x = math.nan
+    if x == 0 or above < x < math.inf: return x
+    kind = 'a whole number' if integer else 'a number'
+    need = f"{kind} of {what} >= 0 (0: off)" if above == 0 else f"{kind} > {above:g} ({what}), or 0 (off)"
+    raise ValueError(f"{name}={v!r}: it must be {need}")

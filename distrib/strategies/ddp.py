@@ -50,7 +50,7 @@ class DistributedModule(DistributedDataParallel):
 
     def _sync_buffers(self):
         "DDP's broadcast of rank 0's buffers in the forward, timed as a wait for the straggler check (`StepTimer`)"
-        timer = rank_state().timer
+        timer = rank_state().here.timer
         if timer is None: return super()._sync_buffers()
         timer.wait_began()
         try: return super()._sync_buffers()
@@ -116,17 +116,22 @@ def revert_sync_batchnorm(swapped:list):
     "Put back the BatchNorm modules `convert_sync_batchnorm` replaced; they hold the trained values (shared tensors)"
     for parent, name, child in reversed(swapped): setattr(parent, name, child)
 
+_BN_SAID = set()   # the devices the BatchNorm warning was given for: once per process (per job on rank 0), not per fit
+
 def _sync_bn(sync_bn:bool|None, model:nn.Module, device:torch.device)->bool:
     """Whether to convert `model`'s BatchNorm layers to SyncBatchNorm on `device`: `sync_bn` if given (True off CUDA:
     `ValueError`, torch's SyncBatchNorm runs on CUDA only); None: on CUDA, as fastai.distributed's default; elsewhere
-    not, with a `UserWarning` on rank 0 when `model` has BatchNorm layers (their statistics are then each rank's)"""
+    not, with a `UserWarning` on rank 0 when `model` has BatchNorm layers (their statistics are then each rank's),
+    once per process: `fine_tune`'s second fit, a second `distrib_ctx` or Learner, say it no more (whatever the
+    `warnings` filters, which other libraries reset)"""
     if sync_bn and device.type != 'cuda':
         raise ValueError(f"sync_bn=True needs CUDA (torch's SyncBatchNorm does not run on {device.type}): "
                          "pass sync_bn=False")
     if sync_bn is not None: return sync_bn
     if device.type == 'cuda': return True
     n = sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-    if n and current_world().rank == 0:
+    if n and current_world().rank == 0 and device.type not in _BN_SAID:
+        _BN_SAID.add(device.type)
         warnings.warn(f"{n} BatchNorm layer(s) normalise with each rank's own batch statistics on {device.type} "
                       "(torch's SyncBatchNorm needs CUDA): training is not one process's with the global batch; "
                       "sync_bn=False keeps them without this warning")
@@ -251,7 +256,7 @@ class DistributedTrainer(Callback):
         "Put back the original model, loaders, logger and progress setting"
         if self.model is None: return
         track(None)
-        rank_state().timer = None
+        rank_state().here.timer = None
 
         learn = self.learn
         restore_forwards(self.compiled)
@@ -271,28 +276,28 @@ class DistributedTrainer(Callback):
         timer = StepTimer.from_env(model_device(self.wrapped).type == 'cuda')  # its settings' errors first
         preflight_check(self.learn)
         self.in_fit = True
-        rank_state().timer = timer if self.time_steps else None
-    def after_fit(self): self.in_fit = False; rank_state().timer = None
+        rank_state().here.timer = timer if self.time_steps else None
+    def after_fit(self): self.in_fit = False; rank_state().here.timer = None
 
     def before_train(self):
         "A new training pass: the straggler check's timer starts afresh"
-        if rank_state().timer is not None: rank_state().timer.restart()
+        if rank_state().here.timer is not None: rank_state().here.timer.restart()
     def before_backward(self):
         "Backward starts (DDP's all-reduce of gradients waits in it), for the straggler check's timer"
-        if rank_state().timer is not None: rank_state().timer.before_backward()
+        if rank_state().here.timer is not None: rank_state().here.timer.before_backward()
     def after_pred(self):
         "The forward's collective may still be queued on the GPU (NCCL): followed by the watchdog (`mark_queued`)"
         if self.forward_collective: mark_queued(self.forward_collective)
     def after_backward(self):
         """Backward ended, for the straggler check's timer; its gradient all-reduce may still be queued on the GPU
         (NCCL): followed by the watchdog (`mark_queued`)"""
-        if rank_state().timer is not None: rank_state().timer.after_backward()
+        if rank_state().here.timer is not None: rank_state().here.timer.after_backward()
         if getattr(self.learn.model, 'require_backward_grad_sync', True): mark_queued(**self.backward_collective)
 
 
     def after_batch(self):
         "The end of a training step, for the straggler check's timer"
-        if self.learn.training and rank_state().timer is not None: rank_state().timer.after_batch()
+        if self.learn.training and rank_state().here.timer is not None: rank_state().here.timer.after_batch()
 
 
     def before_epoch(self):

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from ..runtime.collectives import comm_device
+from ..runtime.group import group_backend
 from ..model import model_device, move_model
 from ..state import set_full_model_state, set_full_opt_state, sharding_types
 from ..callback.fp16 import MixedPrecision
@@ -145,6 +146,31 @@ def _fill_buffers(sharded:nn.Module, model:nn.Module, device:torch.device):
         mod, _, attr = name.rpartition('.')
         sharded.get_submodule(mod)._buffers[attr] = src[name].to(device, copy=True)
 
+def _free_storages(model:nn.Module, opt)->list:
+    """Free the memory of `model`'s parameters and buffers (their storages resized to 0: the same tensors, shapes and
+    devices, no data) and drop `opt`'s state; returns `(storage, nbytes)` pairs for `_refill_storages`"""
+    freed, seen = [], set()
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        st = t.untyped_storage()
+        n = st.nbytes()
+        if st.data_ptr() in seen or n == 0: continue
+        seen.add(st.data_ptr())
+        try: st.resize_(0)
+        except RuntimeError: continue   # a storage that cannot resize (memory it does not own) keeps its values
+        freed.append((st, n))
+    if opt is not None: opt.state.clear()   # `load_state_dict` on exit gives it the trained state
+    return freed
+
+def _refill_storages(freed:list):
+    "Give the storages `_free_storages` freed their size back (their values undefined until written)"
+    for st, n in freed: st.resize_(n)
+
+@torch.no_grad()
+def _poison(model:nn.Module):
+    "Fill `model`'s parameters and buffers with NaN (integers with 0): values lost, loudly rather than silently"
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        t.fill_(float('nan')) if t.is_floating_point() or t.is_complex() else t.zero_()
+
 def _whole(t, device=None):
     "`t` whole: a `DTensor` gathered (a collective), moved to `device` unless 0-d (a step count stays where it is)"
     if _is_dtensor(t): t = t.full_tensor()
@@ -187,7 +213,7 @@ class FSDPTrainer(DistributedTrainer):
         self.param_dtype, self.reduce_dtype = _dtype(param_dtype, 'param_dtype'), _dtype(reduce_dtype, 'reduce_dtype')
         self.reshard_after_forward, self.cpu_offload = reshard_after_forward, cpu_offload
         self.plain_opt = self.sharded_opt = self.mp_dtype = self.parked = None
-        self.units, self.most = [], 0
+        self.units, self.freed, self.most = [], None, 0
 
     def _mp_policy(self, device:torch.device, dtype:torch.dtype):
         "FSDP's `MixedPrecisionPolicy`: `param_dtype`/`reduce_dtype`, or a `MixedPrecision` callback's type"
@@ -212,9 +238,16 @@ class FSDPTrainer(DistributedTrainer):
         _, _, CPUOffloadPolicy, init_device_mesh = _fsdp2()
         if self.cpu_offload: kw['offload_policy'] = CPUOffloadPolicy(pin_memory=device.type == 'cuda')
         self.plain_opt, self.sharded_opt, home = learn.opt, None, _one_device(model)
-        # The Learner's model and optimizer state wait in CPU memory, not whole on the GPU beside the shards; the copy
-        # is made on the meta device and sharded there, then given its shards only: one whole copy in host memory
-        self.parked = (model, home) if home is not None and home.type != 'cpu' else None
+        if self.cpu_offload and group_backend('cpu') is None:
+            raise ValueError(f"cpu_offload=True keeps the shards in CPU memory, which distrib gathers and reduces "
+                             f"over the process group's backend for CPU tensors, and this group has none "
+                             f"({dist.get_backend_config()!r}): use distrib's default backend 'cpu:gloo,cuda:nccl' "
+                             "(backend=None), or cpu_offload=False")
+        # On rank 0 the Learner's model and optimizer state wait in CPU memory, not whole on the GPU beside the
+        # shards; the copy is made on the meta device and sharded there, then given its shards only. Other ranks
+        # free theirs once the shards hold rank 0's values: one whole copy in host memory per job, not per rank
+        keep = dist.get_rank() == 0
+        self.parked = (model, home) if keep and home is not None and home.type != 'cpu' else None
         if self.parked: move_model(model, learn.opt, torch.device('cpu'))
         try:
             sharded = _meta_copy(model)
@@ -227,15 +260,24 @@ class FSDPTrainer(DistributedTrainer):
             if learn.opt is not None:   # the Learner gets it in `wrap`, once nothing else can fail
                 self.sharded_opt = learn.opt_func(sharded.parameters(), lr=learn.lr)
                 set_full_opt_state(sharded, self.sharded_opt, learn.opt.state_dict(), from_rank0=True)
+            if not keep: self.freed = (model, _free_storages(model, learn.opt))
         except BaseException:
             self._unpark()
             raise
         return sharded
 
     def _unpark(self):
-        "The Learner's model and its optimizer's state back on the device they were on before `wrap_model`"
+        """The Learner's model and its optimizer's state back on the device they were on before `wrap_model` (rank
+        0); on a rank that freed them, a warning if they were not filled again (an exception propagated)"""
         if self.parked: move_model(self.parked[0], self.plain_opt, self.parked[1])
-        self.parked = None
+        if self.freed:
+            _refill_storages(self.freed[1])
+            _poison(self.freed[0])
+            warnings.warn(f"rank {dist.get_rank()}: the Learner's model was freed while FSDP trained its shards "
+                          "(rank 0 keeps the one whole copy), and an exception stopped the fit before the trained "
+                          "weights were gathered into it: on this rank it holds NaN. Load a checkpoint "
+                          "(learn.load) before using it", stacklevel=2)
+        self.parked = self.freed = None
 
     def wrap(self):
         "As `DistributedTrainer.wrap`, the model sharded; the Learner's optimizer becomes one over the shards"
@@ -254,8 +296,11 @@ class FSDPTrainer(DistributedTrainer):
         learn.opt, self.sharded_opt, self.units = self.plain_opt, None, []
         try:
             if sys.exc_info()[0] is not None: return  # an exception propagates: gathering needs every rank
+            if self.freed: _refill_storages(self.freed[1]); self.freed = None   # every value is written below
             mine, device = self.inner.state_dict(), model_device(self.inner)
             for k, v in sharded.state_dict().items(): mine[k].copy_(_whole(v))
+            for k, b in sharded.named_buffers():    # buffers left out of state dicts (`persistent=False`)
+                if k not in mine: self.inner.get_buffer(k).copy_(b)
             if opt is None: return
             state = opt.state_dict()   # positions as in the Learner's optimizer: both are `opt_func(parameters)`
             state['state'] = {i: {k: _whole(v, device) for k, v in s.items()} for i, s in state['state'].items()}

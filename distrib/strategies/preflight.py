@@ -11,6 +11,7 @@ from torch import nn
 from ..runtime.world import pg_initialized
 from ..runtime.position import doing
 from ..runtime.collectives import comm_device
+from ..data import items_fingerprint
 from ..loop import loader_order, fit_epochs
 from ..learner import Learner
 from ..model import unwrap_model
@@ -19,6 +20,11 @@ from ..model import unwrap_model
 __all__ = ['preflight_check', 'check_models', 'check_loader']
 
 # %% ../../nbs/34_strategies.preflight.ipynb #af547ea5
+_ITEMS = 'items of each loader (CRC32 of their indices or names)'   # a field whose fix _SPLIT_HINT names
+_SPLIT_HINT = ("The ranks hold different items (the same number of them): each drew its own random split. Seed "
+              "your splitter: RandomSplitter(seed=...) or set_seed(...) before building the DataLoaders (fastai), "
+              "random_split(..., generator=torch.Generator().manual_seed(...)) (torch), the same seed on every rank.")
+
 def _runs(items:list)->str:
     "`items` as runs of equal values: 'float32 x2, float64 x1'"
     out = []
@@ -59,6 +65,7 @@ def _preflight_fields(learn:Learner)->dict:
             'dataset length of each loader': [_length(dl.dataset) for dl in loaders],
             'batch size of each loader': [getattr(dl, 'batch_size', None) for dl in loaders],
             '(shuffle, seed, drop_last, pad) of each loader': [loader_order(dl) for dl in loaders],
+            _ITEMS: [items_fingerprint(dl.dataset) for dl in loaders],
             'model parameter tensors': len(params),
             'model parameter elements': sum(p.numel() for p in params),
             'parameter dtypes': _runs([str(p.dtype).split('.')[-1] for p in params]),
@@ -78,11 +85,12 @@ def _disagreements(per_rank:list)->str|None:
              for k in per_rank[0] if any(f[k] != per_rank[0][k] for f in per_rank)]
     return '\n'.join(lines) or None
 
-def _agree(fields:dict, what:str, hint:str):
+def _agree(fields:dict, what:str, hint:str, hints:dict|None=None):
     """One all-reduce (`MAX`) of `[h, -h]`, `h` the digest of `fields` (`_digest`): the ranks agree when the
     greatest digest is the smallest. When they do not, the same `RuntimeError` on every rank, listing each rank's
-    values of the fields that differ (a second collective, `all_gather_object`, fetches them). On `comm_device()`,
-    whatever the model's device: the CPU unless the group has NCCL alone (which has no CPU backend)"""
+    values of the fields that differ (a second collective, `all_gather_object`, fetches them), then `hint`, after
+    `hints[field]` for each field of `hints` that differs (the fix of that field). On `comm_device()`, whatever the
+    model's device: the CPU unless the group has NCCL alone (which has no CPU backend)"""
     ws, h = dist.get_world_size(), _digest(fields)
     t = torch.tensor([h, -h], dtype=torch.int64, device=comm_device())
     with doing('collective', 'the pre-flight check', device=t.device):
@@ -90,21 +98,23 @@ def _agree(fields:dict, what:str, hint:str):
         if t[0].item() == -t[1].item(): return
         per_rank = [None]*ws
         dist.all_gather_object(per_rank, fields)
+    fixes = [h for k, h in (hints or {}).items() if any(f[k] != per_rank[0][k] for f in per_rank)]
     raise RuntimeError(f"The ranks disagree on {what}:\n" + (_disagreements(per_rank) or '  (fingerprints differ)') +
-                       f"\n{hint}")
+                       ''.join(f"\n{h}" for h in fixes) + f"\n{hint}")
 
 def preflight_check(learn:Learner):
     """Raise the same `RuntimeError` on every rank when the ranks disagree on what `learn.fit` will run (the
     number of loaders, batches, dataset lengths, batch sizes, shuffle, seed, drop_last and padding, the model's
     parameters and their dtypes, the loss function, the optimizer and its hyper-parameters, the callbacks, metrics
-    and epochs), and `ValueError` for a padded training set smaller than the world size; no-op without a process group.
+    and epochs, and which items each loader holds: `items_fingerprint`, naming the fix, a seeded split, when only
+    they differ), and `ValueError` for a padded training set smaller than the world size; no-op without a process group.
     Every rank must call it (`DistributedTrainer.before_fit` does): one `all_reduce` of two int64 per rank."""
     if not pg_initialized() or dist.get_world_size() == 1: return
     fields, ws = _preflight_fields(learn), dist.get_world_size()
     _agree(fields, "what fit will run, so some would wait forever in a collective the "
            "others never start, or train and report different things", "Give every rank the same data, model, loss, "
            "optimizer settings, callbacks, metrics and epochs. A callback that runs no collective (a logger on rank "
-           "0, say) may differ if its class sets local_only = True.")
+           "0, say) may differ if its class sets local_only = True.", {_ITEMS: _SPLIT_HINT})
     n = fields['dataset length of each loader'][0] if fields['number of loaders'] else 0
     padded = fields['number of loaders'] and fields['(shuffle, seed, drop_last, pad) of each loader'][0][3] is True
     if 0 < n < ws and padded:   # unpadded, the ranks past the last sample read empty batches: exact, if idle
@@ -132,10 +142,13 @@ def check_models(model:nn.Module):
 
 def check_loader(dl):
     """Raise the same `RuntimeError` on every rank when the ranks' loader `dl`, about to be evaluated by
-    `validate` or `get_preds`, differs in its dataset length, batch size, shuffle, seed, drop_last or padding; a
+    `validate` or `get_preds`, differs in its dataset length, batch size, shuffle, seed, drop_last, padding or
+    items (`items_fingerprint`); a
     no-op without a process group. Every rank must call it: one all-reduce of two int64 per rank."""
     if not pg_initialized() or dist.get_world_size() == 1: return
     fields = {'dataset length': _length(dl.dataset), 'batch size': getattr(dl, 'batch_size', None),
-              '(shuffle, seed, drop_last, pad)': loader_order(dl)}
+              '(shuffle, seed, drop_last, pad)': loader_order(dl),
+              'items (CRC32 of their indices or names)': items_fingerprint(dl.dataset)}
     _agree(fields, "the loader to evaluate, so the results would mix different data sets",
-           "Give validate() and get_preds() the same data on every rank.")
+           "Give validate() and get_preds() the same data on every rank.",
+           {'items (CRC32 of their indices or names)': _SPLIT_HINT})

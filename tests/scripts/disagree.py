@@ -84,6 +84,16 @@ def case_shuffle():  # the shards would overlap: some samples twice per epoch, o
     learn = make_learn(shuffle=rank == 0)
     with learn.distrib_ctx(timeout=30): learn.fit(1)
 
+def case_split():  # each rank draws its own random split (no seed): the same lengths, other items
+    from torch.utils.data import random_split
+    x = torch.randn(80, 3); y = x.sum(1, keepdim=True)
+    torch.manual_seed(rank)   # what two processes do without a seed: torch seeds each from the OS
+    train, valid = random_split(TensorDataset(x, y), [64, 16])
+    learn = Learner(DataLoaders(DataLoader(train, batch_size=8, shuffle=True), DataLoader(valid, batch_size=8)),
+                    nn.Linear(3, 1), nn.functional.mse_loss, opt_func=torch.optim.SGD, lr=0.01)
+    learn.progress.enabled = False
+    with learn.distrib_ctx(timeout=30): learn.fit(1)
+
 def case_dtype():  # DDP's first broadcast of tensors of different sizes would abort the process (SIGABRT)
     learn = make_learn(model=nn.Linear(3, 1) if rank == 0 else nn.Linear(3, 1).double())
     with learn.distrib_ctx(timeout=30): learn.fit(1)
@@ -123,7 +133,7 @@ def case_cuda():
     learn = make_learn()
     with learn.distrib_ctx(device='cuda', timeout=30): learn.fit(1)
 
-cases = sys.argv[1:] or ['len_dl', 'params', 'grown', 'epochs', 'callback', 'local_only', 'tiny', 'nested', 'lr', 'opt',
+cases = sys.argv[1:] or ['len_dl', 'split', 'params', 'grown', 'epochs', 'callback', 'local_only', 'tiny', 'nested', 'lr', 'opt',
                          'loss', 'shuffle', 'dtype', 'valid_len', 'preds_len', 'cancel_all', 'long_phase', 'cuda']
 for name in cases:
     start = time.perf_counter()

@@ -28,6 +28,12 @@ from fastai.callback.mixup import MixUp, CutMix
 from fastai.callback.tracker import TerminateOnNaNCallback, EarlyStoppingCallback, ReduceLROnPlateau
 from fastai.callback.fp16 import MixedPrecision
 from fastai.callback.schedule import *  # noqa: fit_one_cycle, fit_flat_cos, fine_tune, lr_find on fastai's Learner
+from fastai.data.block import DataBlock, CategoryBlock
+from fastai.data.transforms import IndexSplitter
+from fastai.metrics import Perplexity
+from fastai.text.data import TextBlock
+from fastai.text.learner import text_classifier_learner, language_model_learner
+from fastai.text.models.awdlstm import AWD_LSTM, awd_lstm_lm_config, WeightDropout
 
 B, N_TRAIN, N_VALID, N_IN, N_OUT = 8, 96, 37, 8, 3
 
@@ -42,6 +48,80 @@ X_IMG = torch.randn(N_TRAIN + N_VALID, 2, 5, 6, generator=_g)   # images for Cut
 Y_IMG = (X_IMG[:, 0, :3].mean((1, 2)) > 0).long() + (X_IMG[:, 1, 2:, 3:].mean((1, 2)) > .2).long()
 def get_x_img(i): return X_IMG[i]
 def get_y_img(i): return Y_IMG[i]
+
+def _texts(n:int, seed:int=0)->list:
+    """`n` generated texts of a 12-word vocabulary, of 3 to 33 words (so of 1 to 5 chunks of `SEQ`), with a label:
+    whether 'cat' and 'dog' make more than a sixth of the words"""
+    import random
+    g, words, out = random.Random(seed), 'the cat dog sat ran on a mat log big small red'.split(), []
+    for _ in range(n):
+        ws = [g.choice(words) for _ in range(g.choice([3, 5, 7, 9, 12, 15, 20, 26, 33]))]
+        out.append((' '.join(ws), int(ws.count('cat') + ws.count('dog') > len(ws)//6)))
+    return out
+SEQ, N_TEXT_TRAIN, N_TEXT_VALID = 8, 56, 17
+DRAWN = ('text_sorted', 'text_lm_shuffle')   # shuffled by distrib's rule: the reference follows it in one process
+TEXTS = _texts(N_TEXT_TRAIN + N_TEXT_VALID)
+def text_x(i): return TEXTS[i][0]
+def text_y(i): return TEXTS[i][1]
+def text_tok(s): return s.split()   # a tokenizer that needs no download: the words
+
+def text_dls(bs:int, lm:bool=False, shuffle:bool=False):
+    """fastai's text DataLoaders of the generated texts (`TextBlock`, a `SortedDL` per split; `lm`: `LMDataLoader`s of
+    the texts as a corpus), the training loader shuffled when `shuffle`"""
+    blk = TextBlock(text_tok, min_freq=1, seq_len=SEQ, is_lm=lm)
+    db = DataBlock(blocks=(blk,) if lm else (blk, CategoryBlock), get_x=text_x, get_y=None if lm else text_y,
+                   splitter=IndexSplitter(list(range(N_TEXT_TRAIN, N_TEXT_TRAIN + N_TEXT_VALID))))
+    return db.dataloaders(list(range(N_TEXT_TRAIN + N_TEXT_VALID)), bs=bs, num_workers=0, shuffle=shuffle, seq_len=SEQ)
+
+def text_learner(bs:int, lm:bool=False, shuffle:bool=False):
+    """fastai's `text_classifier_learner` (or `language_model_learner` when `lm`) over `text_dls(bs//2)`, a tiny AWD_LSTM,
+    no pretrained weights, no dropout, fastai's RNNRegularizer on (its defaults, alpha 2, beta 1: its terms are means
+    over the batch's padded length, which distrib pads every rank's batch to: the global batch's); the classifier's
+    BatchNorm layers are `nn.Identity` (torch's SyncBatchNorm does not run on the CPU: with them each rank would
+    normalise by its own rows)"""
+    dls, cfg = text_dls(bs//2, lm, shuffle), dict(emb_sz=8, n_hid=10, n_layers=2)   # half: more batches
+    torch.manual_seed(0)
+    if lm:
+        learn = language_model_learner(dls, AWD_LSTM, config=dict(awd_lstm_lm_config, **cfg), pretrained=False,
+                                       drop_mult=0., metrics=[accuracy, Perplexity()])
+    else:
+        learn = text_classifier_learner(dls, AWD_LSTM, seq_len=SEQ, config=cfg, pretrained=False, drop_mult=0.,
+                                        lin_ftrs=[6], ps=[0.], metrics=accuracy)
+        for lbd in learn.model[1].layers: lbd[0] = nn.Identity()
+    for m in learn.model.modules():
+        if isinstance(m, WeightDropout): m._setweights = partial(_no_weight_dropout, m)
+    learn.remove_cb(learn.progress)
+    return learn
+
+def _no_weight_dropout(wd):
+    """fastai's `WeightDropout._setweights` without dropout: the weights cloned, as it does in eval mode (fastai
+    2.8.12's, at p=0 in training under torch 2.14, hands the LSTM `F.dropout`'s input, its Parameter, which the LSTM
+    then registers, and the next `reset` fails: `cannot assign 'torch.FloatTensor' as parameter 'weight_hh_l0'`)"""
+    for layer in wd.layer_names: setattr(wd.module, layer, getattr(wd, f'{layer}_raw').clone())
+
+class RecordText(Callback):
+    """At each training batch, the number of words of each row (`lens`, by batch) and whether fastai's
+    SentenceEncoder feeds it right (`misfed`: the rows with a word at the start of a chunk of `SEQ` are not the
+    first ones, so that rows[:real_bs] feeds padding for some and skips others)"""
+    run_valid = False
+    def __init__(self): self.lens, self.misfed = [], 0
+    def before_batch(self):
+        x = self.xb[0]
+        self.lens.append((x != 1).sum(1).tolist())
+        for i in range(0, x.shape[1], SEQ):
+            has = x[:, i] != 1
+            self.misfed += int(not has[:int(has.sum())].all())
+
+class SetEpoch(Callback):
+    "Before each epoch's training pass, `set_epoch(epoch)` on the training loader (what distrib_ctx does)"
+    def before_train(self): self.learn.dls.train.set_epoch(self.epoch)
+
+class RecordFirst(Callback):
+    "The first 3 tokens of each row of each epoch's first training batch (`first`, by epoch)"
+    run_valid = False
+    def __init__(self): self.first = []
+    def before_batch(self):
+        if self.iter == 0: self.first.append(self.xb[0][:, :3].tolist())
 
 class TensorIn(TensorBase): "The inputs' type, so that the batch transform leaves the targets alone"
 
@@ -106,6 +186,17 @@ def learner(bs:int, opt:str='adam', ignore:bool=False, image:bool=False, tfms:bo
                              AccumMetric(_mean_acc, flatten=False)], **kw)
     learn.remove_cb(learn.progress)
     return learn
+
+class AddToLoss(Callback):
+    """Add `k` times a mean over the batch of the predictions to `loss_grad` after the loss function (as fastai's
+    `RNNRegularizer` does): `order` 20, after distrib.fastai's `ItemMean` (9.5), the square of the predictions;
+    any other order, the squared differences of neighbouring outputs"""
+    run_valid = False
+    def __init__(self, order:float, k:float): self.order, self.k = order, k
+    def after_loss(self):
+        p = self.learn.pred.float()
+        add = p.pow(2).mean() if self.order > 9.5 else (p[:, 1:] - p[:, :-1]).pow(2).mean()
+        self.learn.loss_grad = self.learn.loss_grad + self.k*add
 
 class CancelOn(Callback):
     "Raise CancelFitException at training batch 2 of epoch 0, on rank `rank` (None: every rank)"
@@ -209,11 +300,18 @@ def checkpointed(learn, name:str, out:dict):
 
 def run_case(name:str, bs:int)->dict:
     "Case `name` with batch size `bs` per process: what fastai reports"
-    learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam', ignore=name.startswith('ignore'),
-                         image=name == 'cutmix', tfms=name == 'tfms'), {}
+    if name.startswith('text_'):
+        learn, out = text_learner(bs, lm=name.startswith('text_lm'), shuffle=name in DRAWN), {}
+    else:
+        learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam', ignore=name.startswith('ignore'),
+                             image=name == 'cutmix', tfms=name == 'tfms'), {}
     mix = name in ('mixup', 'cutmix')   # distrib's draws: the reference is under distrib_ctx in one process too
     ctx = (learn.distrib_ctx() if hasattr(learn, 'distrib_ctx') and (mix or bs == job_bs() and _world() > 1)
            else _null())
+    if name in DRAWN and isinstance(ctx, _null):   # one process, distrib's rule by hand (distrib_ctx on one rank
+        from distrib.fastai.data import ShardedDL   # leaves the loaders alone): its order, set_epoch every epoch
+        learn.dls.loaders[0] = ShardedDL(learn.dls.train, 0, 1)
+        learn.add_cb(SetEpoch())
     with ctx:
         if name == 'fit': learn.fit(2, 1e-2)
         elif name == 'sgd': learn.fit(2, 0.1)
@@ -227,6 +325,20 @@ def run_case(name:str, bs:int)->dict:
         elif name == 'trackers':   # fastai's trackers decide on the synced values: on every rank as one process does
             learn.fine_tune(6, 1e-2, freeze_epochs=1, cbs=[ReduceLROnPlateau(min_delta=0.05, patience=0, factor=2.),
                                                           EarlyStoppingCallback('accuracy', min_delta=.03, patience=1)])
+        elif name in ('add_loss', 'add_loss_acc'):   # callbacks adding to loss_grad after the loss function
+            cbs = [AddToLoss(20, 0.5), AddToLoss(1, 0.3)]
+            if name == 'add_loss_acc': cbs.append(GradientAccumulation(n_acc=2*bs*_world()))
+            learn.fit_one_cycle(2, 1e-2, cbs=cbs)
+        elif name == 'text_clas':
+            learn.fine_tune(2, 3e-2, freeze_epochs=1)
+        elif name == 'text_sorted':   # shuffled: SortedDL's batches of similar lengths
+            rec = RecordText()
+            learn.fit(2, 1e-2, cbs=rec)
+            out['lens'], out['misfed'] = rec.lens, rec.misfed
+        elif name in ('text_lm', 'text_lm_shuffle'):
+            rec = RecordFirst()
+            learn.fit_one_cycle(2, 1e-2, cbs=rec)
+            out['first'] = rec.first
         elif name == 'ignore_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=2*bs*_world()))
         elif mix:
             rec = RecordX()
@@ -260,10 +372,13 @@ def run_case(name:str, bs:int)->dict:
             learn.fit(2, 1e-2, cbs=[NaNOn(1), TerminateOnNaNCallback()])
         if name != 'lr_find': out['values'] = [[float(v) for v in row] for row in learn.recorder.values]
         if name == 'tfms': out.update(dls_api(learn))   # after the values: get_preds resets the Recorder's
-        if name not in ('lr_find', 'save', 'timing'):
-            preds, targs, losses = learn.get_preds(with_loss=True)
+        if name not in ('lr_find', 'save', 'timing'):   # LMLearner.get_preds (concat_dim=1) needs reorder=False
+            preds, targs, losses = learn.get_preds(with_loss=True, **({'reorder': False} if 'lm' in name else {}))
             out['preds'], out['targs'], out['losses'] = preds.tolist(), targs.tolist(), losses.tolist()
             out['validate'] = [float(v) for v in learn.validate()]
+        if name == 'text_clas':   # fastai's predict: a test_dl of one item, which one rank reads and the other not
+            p = learn.predict(TEXTS[-1][0])
+            out['predict'] = [str(p[0]), int(p[1]), p[2].tolist()]
     out['weights'] = torch.cat([p.detach().float().flatten() for p in learn.model.parameters()]).tolist()
     return out
 
@@ -299,11 +414,12 @@ if __name__ == '__main__':
         w = torch.tensor(res[name]['weights'], dtype=torch.float64)   # every rank holds the same weights
         spread = (all_reduce_sum(w) / _world() - w).abs().max().item()
         res[name]['rank_spread'] = all_reduce_sum(torch.tensor(spread, dtype=torch.float64)).item()
-        if 'mix_x' in res[name]:   # every rank's mixed inputs, by rank
+        for key in ('mix_x', 'lens', 'misfed', 'first'):   # every rank's mixed inputs, text lengths, misfed chunks...
+            if key not in res[name]: continue
             import torch.distributed as dist
             every = [None] * _world()
-            dist.all_gather_object(every, res[name]['mix_x'])
-            res[name]['mix_x'] = every
+            dist.all_gather_object(every, res[name][key])
+            res[name][key] = every
         print(f"CASE {name} done", flush=True)
     import os
     if int(os.environ['RANK']) == 0:

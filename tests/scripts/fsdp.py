@@ -122,6 +122,28 @@ ratios = {k: fsdp_b.bytes[k]/ddp_b.bytes[k] for k in ddp_b.bytes}
 check('memory_1_over_W', all(abs(r*W - 1) < 0.05 for r in ratios.values()),
       ' '.join(f'{k}={fsdp_b.bytes[k]}/{ddp_b.bytes[k]}B' for k in ratios))
 
+""# 3b. host memory: rank 0 keeps the Learner's whole model (and its optimizer's state) during the fit, the other ranks
+# free theirs (issue 49: one whole copy per job, not per rank); after the fit every rank has the trained model again
+def held(m)->int:
+    "Bytes of the distinct storages of `m`'s parameters and buffers"
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in [*m.parameters(), *m.buffers()]}.values())
+m_held = new_model(width=256); P_held = held(m_held)
+learn = learner(model=m_held)
+with learn.distrib_ctx(): learn.fit(1)   # Adam's state exists before the sharded fit
+plain_opt = learn.opt
+class Held(Callback):
+    order = 20
+    def after_batch(self):
+        self.during = (held(m_held), sum(v.untyped_storage().nbytes() for s in plain_opt.state.values()
+                                         for v in s.values() if v.dim()))
+with learn.distrib_ctx(**FSDP): learn.fit(1, cbs=(h := Held()))
+after = held(m_held)
+same_on_all_ranks(weights(m_held), 'the weights after the sharded fit')
+want = (P_held, 2*P_held) if rank == 0 else (0, 0)
+check('whole_model_rank0_only', h.during == want and after == P_held and len(plain_opt.state) == len(list(m_held.parameters())),
+      f'rank {rank}: held {h.during} B (model, Adam state) during the fit, {after} B after; P={P_held} B')
+
 # 4. gradient accumulation: one process's steps with batches of n_acc; gradients reduce-scattered on the last
 #    micro-batch only (single_auto_sync) or on every one (multi_auto_sync)
 if W == 2:  # W=2 only
@@ -225,15 +247,20 @@ if W == 2:  # W=2 only
     frozen = gc.get_freeze_count()   # Python 3.12 starts with some objects frozen
     gc.disable()    # the sharded copy must be gone on exit through distrib_ctx's own collection
     try:
-        with learn.distrib_ctx(**FSDP):
-            sharded = weakref.ref(learn.model)
-            learn.fit(1)
-            raise KeyError('boom')
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter('always')
+            with learn.distrib_ctx(**FSDP):
+                sharded = weakref.ref(learn.model)
+                learn.fit(1)
+                raise KeyError('boom')
     except KeyError: pass
     gone = sharded() is None and gc.get_freeze_count() == frozen
     gc.enable()
-    check('exit_restores_learner', d <= 1e-5 and learn.model is model and torch.equal(weights(learn.model), w) and
-          gone, f'max_rel_two_contexts_vs_ddp={d:.2e} sharded copy gone on exit={gone}')
+    # rank 0 kept the model as it was on entry; the others freed theirs during the fit: NaN, and a warning says so
+    nan = any('holds NaN' in str(x.message) for x in warned)
+    as_entry = torch.equal(weights(learn.model), w) if rank == 0 else weights(learn.model).isnan().all().item() and nan
+    check('exit_restores_learner', d <= 1e-5 and learn.model is model and as_entry and gone,
+          f'max_rel_two_contexts_vs_ddp={d:.2e} sharded copy gone on exit={gone}')
 
 # 8. checkpoints: whole (gathered on rank 0, the one-process format) and sharded (every rank its shards)
 shutil.rmtree(tmp/'models', ignore_errors=True)
@@ -325,6 +352,15 @@ if W == 2:  # W=2 only
             msg = ''
         except err as e: msg = str(e)
         check(f'bad_option_{list(kw)[-1]}', text in msg, msg)
+    import distrib.strategies.fsdp as fsdp_module   # a group without a CPU backend, as under backend='nccl' alone
+    orig_backend = fsdp_module.group_backend
+    fsdp_module.group_backend = lambda t, g=None: None if t == 'cpu' else orig_backend(t, g)
+    try:
+        with learn.distrib_ctx(strategy='fsdp', cpu_offload=True): pass
+        msg = ''
+    except ValueError as e: msg = str(e)
+    finally: fsdp_module.group_backend = orig_backend
+    check('bad_option_cpu_offload_without_gloo', "'cpu:gloo,cuda:nccl'" in msg and 'cpu_offload=False' in msg, msg)
 
 # 10. fastai's callbacks and Learner methods: the same under FSDP as under DDP
 if W == 2:  # W=2 only: section 6 clips an empty shard on W=3

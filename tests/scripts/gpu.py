@@ -517,7 +517,7 @@ def until(pred, secs:float=30.):
 
 def queued():
     """Issue 34's item 7: NCCL's collectives return once queued on the GPU; the watchdog shows the rank waiting in the
-    oldest one not done (a CUDA event `query()`d from its thread, never synchronised) once `RankState.hold` passed.
+    oldest one not done (a CUDA event `query()`d from its thread, never synchronised) once `CheckMemory.hold` passed.
     Rank 1 holds (a store key it waits for, with a timeout: never a hang) while rank 0's collective is queued; what
     each rank finds wrong is gathered and raised on every rank at the end of each part. Assertions marked CUDA need
     NCCL; on CPU a gloo `async_op=True` all-reduce, `mark_queued(done=work.is_completed)`, stands for NCCL's."""
@@ -534,9 +534,9 @@ def queued():
     setup_distrib(device=device, backend='nccl' if CUDA else 'gloo', timeout=60)
     st = rank_state()
     assert running(), 'liveness does not run: no heartbeat to read'
-    assert st.track_queued == CUDA, f'queue tracking is {st.track_queued} under {group_backend("cuda")}'
-    store = dist.PrefixStore('gpu_test/queued/', st.main)   # the control keys, beside liveness's own
-    hb = lambda r: JobStore(st.main).heartbeat(r)  # rank r's heartbeat as the peers read it
+    assert st.here.track_queued == CUDA, f'queue tracking is {st.here.track_queued} under {group_backend("cuda")}'
+    store = dist.PrefixStore('gpu_test/queued/', st.job.store)   # the control keys, beside liveness's own
+    hb = lambda r: JobStore(st.job.store).heartbeat(r)  # rank r's heartbeat as the peers read it
     errs = []
     def settle(name:str):   # every rank raises what any rank found; rank 0 prints the check
         bad = [e for es in gather_object(errs) for e in es]
@@ -561,7 +561,7 @@ def queued():
             done = mine.query
         else:
             with doing('collective', 'all_reduce_sum'): work = dist.all_reduce(y := x.clone(), async_op=True)
-            mark_queued('all_reduce_sum', done=work.is_completed, ident=st.colls)
+            mark_queued('all_reduce_sum', done=work.is_completed, ident=st.here.colls)
             done = work.is_completed
         if store.check(['A/joining']): errs.append('the main thread was blocked in all_reduce_sum until rank 1 came')
         if done(): errs.append('the all-reduce is done before rank 1 joined it: nothing was queued')  # CUDA: on the GPU
@@ -579,7 +579,7 @@ def queued():
             where = describe(h.pos)
             if 'the collective all_reduce_sum, queued and not done (its main thread has gone on to its script' \
                not in where: errs.append(f'rank 0 is shown as {where!r}')
-            if h.age < st.hold - 0.05: errs.append(f"shown queued {h.age} s after it queued, before the hold")
+            if h.age < st.memo.hold - 0.05: errs.append(f"shown queued {h.age} s after it queued, before the hold")
             if not store.check(['A/returned']): errs.append("rank 0's main thread had not returned")
         store.set('A/joining', '1')   # joins whatever was found: rank 0 is never left waiting
         y = all_reduce_sum(x)

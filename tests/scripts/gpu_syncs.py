@@ -9,19 +9,20 @@ Run: python -m distrib.launch --nproc_per_node N tests/scripts/gpu_syncs.py MODE
   syncs are).
 Counted from the start of `before_batch` to the end of `after_batch` of every training step but the first two
 (DDP's first steps build its buckets): on CUDA, what `torch.cuda.set_sync_debug_mode('warn')` reports; on CPU,
-the same logic's operations that read a value back to the host or size a result by its values
-(`_local_scalar_dense`: `.item()`, `bool()`, `float()`; `nonzero`, `masked_select`, `unique`) or copy it there
-(`.cpu()`, `.tolist()`, `.numpy()`), which on CUDA wait
-for the device: CUDA's answer substituted (but for the reads of `CPU_ONLY`, which distrib makes only for CPU tensors). Rank 0 prints 'CHECK <name> OK <figures>' per check; a failure raises."""
-import os, sys, traceback, warnings
+the same logic's operations that would wait for a GPU (tests/host_syncs.py's `HostReads`: reading a value back,
+sizing a result by values, a copy to the host or across devices): CUDA's answer substituted.
+Rank 0 prints 'CHECK <name> OK <figures>' per check; a failure raises."""
+import os, sys
+from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import TensorDataset
-from torch.utils._python_dispatch import TorchDispatchMode
 from distrib import (Learner, DataLoaders, Callback, DistributedDL, GradientAccumulation, MixedPrecision,
                      setup_distrib, teardown_distrib, gather_object)
 import distrib.losses as L
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the counter's module
+from host_syncs import Syncs, StopSyncs  # noqa: E402
 
 MODE, DEVICE = sys.argv[1], os.environ.get('DISTRIB_TEST_DEVICE', 'cuda')
 CUDA = DEVICE == 'cuda'
@@ -40,72 +41,6 @@ def check(name, cond, figures=''):
     oks = gather_object(bool(cond)) if MODE == 'two' else [bool(cond)]
     assert all(oks), f'{name} failed on ranks {[r for r, o in enumerate(oks) if not o]}: {figures}'
     if rank == 0: print(f'CHECK {name} OK {figures}', flush=True)
-
-# Reads that distrib makes on CPU only, where there is no device to wait for, and not on CUDA (the same line keeps the
-# value on the device there): `AvgLoss.accumulate` adds a CPU batch loss to a Python float
-CPU_ONLY = {('metrics.py', 'accumulate')}
-
-class _HostReads(TorchDispatchMode):
-    "Counts the operations that wait for a CUDA device to know a value (on CPU: where a GPU would wait)"
-    OPS = {'_local_scalar_dense', 'nonzero', 'masked_select', 'unique', '_unique', '_unique2', 'unique_consecutive'}
-    COPIES = ('cpu', 'tolist', 'numpy')   # a CUDA tensor's copy to the host: no operation on a CPU tensor
-    def __init__(self): super().__init__(); self.seen, self._orig = [], {}
-    def _saw(self, what:str):
-        f = next((f for f in reversed(traceback.extract_stack()[:-2]) if 'torch' not in f.filename), None)
-        if f is None or (os.path.basename(f.filename), f.name) not in CPU_ONLY:
-            self.seen.append(f'{what} at {f.filename}:{f.lineno}' if f else what)
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func._schema.name.split('::')[-1] in self.OPS: self._saw(func._schema.name)
-        return func(*args, **(kwargs or {}))
-    def __enter__(self):
-        for name in self.COPIES:
-            orig = self._orig[name] = getattr(torch.Tensor, name)
-            def wrapped(t, *a, _orig=orig, _name=name, **k):
-                self._saw(f'Tensor.{_name}')
-                return _orig(t, *a, **k)
-            setattr(torch.Tensor, name, wrapped)
-        return super().__enter__()
-    def __exit__(self, *exc):
-        for name, orig in self._orig.items(): setattr(torch.Tensor, name, orig)
-        return super().__exit__(*exc)
-
-class Syncs:
-    """The host syncs of each training step after the first `skip`: `steps`, a list of lists of what synced. The
-    window opens once the batch is on the device (after the `Learner` moves it, before `before_batch`: a callback
-    handling `before_batch` before `ItemMean` would make the counts unknown) and closes after every `after_batch`"""
-    def __init__(self, learn, skip=2):
-        self.learn, self.skip, self.steps, self.n, self._on = learn, skip, [], 0, None
-        split = learn._split_batch
-        def split_then_start(b):
-            split(b)
-            self.start()
-        learn._split_batch = split_then_start
-    def start(self):
-        if not self.learn.training: return
-        self.n += 1
-        if self.n <= self.skip: return
-        if CUDA:
-            self._on = warnings.catch_warnings(record=True)
-            self._rec = self._on.__enter__()
-            warnings.simplefilter('always')
-            torch.cuda.set_sync_debug_mode('warn')
-        else:
-            self._on = _HostReads(); self._on.__enter__()
-    def stop(self):
-        if self._on is None: return
-        if CUDA:
-            torch.cuda.set_sync_debug_mode(0)
-            self._on.__exit__(None, None, None)
-            self.steps.append([f'{w.filename}:{w.lineno}' for w in self._rec if 'synchroniz' in str(w.message)])
-        else:
-            self._on.__exit__(None, None, None)
-            self.steps.append(self._on.seen)
-        self._on = None
-class StopSyncs(Callback):
-    "Ends `Syncs`' window after every other callback's `after_batch`"
-    order, syncs = 10**6, None
-    def after_batch(self): self.syncs.stop()
-    def after_cancel_batch(self): self.syncs.stop()
 
 class Where(Callback):
     "The device each all-reduce of the step's count ran on (`start_sum`'s buffer)"
@@ -138,7 +73,7 @@ def learner(targets, cbs=(), bs=BS):
                                                                   shuffle=True)),
                         model, nn.CrossEntropyLoss(), opt_func=torch.optim.SGD, lr=0.1, cbs=cbs)
     learn.progress.enabled, learn.logger = False, lambda *a: None
-    stop.syncs = syncs = Syncs(learn)
+    stop.syncs = syncs = Syncs(learn, CUDA)
     return learn, syncs, where
 
 def fit(learn):

@@ -23,4 +23,4 @@ dls = DataLoaders(DataLoader(TensorDataset(x, y), batch_size=4), DataLoader(Tens
 learn = Learner(dls, nn.Linear(8, 1), nn.functional.mse_loss, cbs=Work())
 learn.progress.enabled = False
 with learn.distrib_ctx(): learn.fit(1)
-print(f"ROUNDS {rank_distrib()} {rank_state().straggler.get('decided', 0)}", flush=True)
+print(f"ROUNDS {rank_distrib()} {rank_state().memo.straggler.get('decided', 0)}", flush=True)
