@@ -151,10 +151,12 @@ class ShardIdxs:
         j = range(self._len)[key]   # IndexError out of range, TypeError for what is not an integer
         return int(self._at(torch.tensor([j]))[0])
 
-    def batches(self, batch_size:int, start:int=0, drop_last:bool=False):
-        """Iterator over int64 tensors: positions `start, start+1, ...` of the shard in batches of `batch_size` (the
-        last one shorter, or dropped with `drop_last`), computed about 16,384 indices at a time"""
-        stop = self._len - (self._len - start) % batch_size if drop_last else self._len
+    def batches(self, batch_size:int, start:int=0, drop_last:bool=False, stop:int|None=None):
+        """Iterator over int64 tensors: positions `start, start+1, ...` of the shard, up to `stop` (default its
+        length), in batches of `batch_size` (the last one shorter, or dropped with `drop_last`), computed about
+        16,384 indices at a time"""
+        stop = self._len if stop is None else min(stop, self._len)
+        if drop_last: stop -= max(stop - start, 0) % batch_size
         step = batch_size * max(1, _CHUNK // batch_size)
         for i in range(start, stop, step):
             yield from self[i:min(i + step, stop)].split(batch_size)
@@ -193,7 +195,8 @@ class _ShardSampler:
     def __init__(self, ddl): self.ddl = ddl
     def __len__(self): return self.ddl.n_shard
     def __iter__(self):
-        batches = self.ddl.get_idxs().batches(_CHUNK, self.ddl._start)   # computed a chunk at a time, as read
+        ddl = self.ddl   # computed a chunk at a time, as read
+        batches = ddl.get_idxs().batches(_CHUNK, ddl._start, stop=ddl.n_read)
         return (i for b in batches for i in b.tolist())
 
 class _ShardBatchSampler:
@@ -202,9 +205,21 @@ class _ShardBatchSampler:
     def __len__(self): return len(self.ddl)
     def __iter__(self):
         ddl = self.ddl
-        batches = ddl.get_idxs().batches(ddl.batch_size, ddl._start, ddl.drop_last)
+        batches = ddl.get_idxs().batches(ddl.batch_size, ddl._start, ddl.drop_last and not ddl.even, ddl.n_read)
         # a list pickles to a worker faster than a tensor (no shared memory)
         return (b.tolist() for b in batches) if self.as_list else batches
+
+def _no_rows(b):
+    """Batch `b` with no row: each tensor of at least one dimension cut to 0 rows, each list or tuple of strings or
+    numbers (a collated column) emptied, the rest (0-d tensors, other values) as they are; nested tuples, lists and
+    dicts keep their structure"""
+    if isinstance(b, torch.Tensor): return b[:0] if b.dim() else b
+    if isinstance(b, dict): return type(b)({k: _no_rows(v) for k, v in b.items()})
+    if isinstance(b, (list, tuple)):
+        if b and all(isinstance(o, (str, bytes, int, float)) for o in b): return b[:0]
+        r = [_no_rows(o) for o in b]
+        return r if type(b) is list else tuple(r) if type(b) is tuple else type(b)(*r)
+    return b
 
 def _batch_indexable(dataset, kwargs:dict)->bool:
     "True when `dataset[idxs]`, `idxs` a tensor of indices, is the batch that default collation builds from its items"
@@ -230,8 +245,11 @@ def _check_shardable(dl:DataLoader, what:str):
 
 class DistributedDL:
     """A DataLoader over `rank`'s shard of `dataset`, the same split on every rank without communication (the
-    rule of `shard_idxs`: padding to a multiple of the world size, an epoch-seeded shuffle, positions
-    `rank::world_size`), with the loader interface of `torch.utils.data.DistributedSampler` (`set_epoch`).
+    rule of `shard_idxs`: an epoch-seeded shuffle, positions `rank::world_size`, no padding unless asked), with the
+    loader interface of `torch.utils.data.DistributedSampler` (`set_epoch`). By default every item of an epoch is
+    read once over the ranks, and every rank runs the same number of batches: global batch `k` is exactly one
+    process's batch `k` with batch size `world_size*batch_size` over the same order, and a rank whose share of the
+    last one is empty reads an empty batch (`batch_rows` says how many rows each step has, here and over all ranks).
 
     Args:
         dataset: a map-style dataset (`__getitem__` and `__len__`) of `n` samples.
@@ -243,10 +261,15 @@ class DistributedDL:
         seed (int): base seed. Default 0.
         rank (int, optional): this rank, in [0, world_size). Default: `current_world().rank`.
         world_size (int, optional): number of ranks. Default: `current_world().world_size`.
-        pad (bool): pad to a multiple of `world_size` with the first samples of the epoch's order, so every rank has
-            the same number of batches (needed for training); False gives ranks up to one sample fewer, with no
-            duplicates (for evaluation). Default True.
-        drop_last (bool): drop this rank's last incomplete batch. Default False.
+        pad (bool): pad to a multiple of `world_size` with the first samples of the epoch's order, so every rank
+            reads as many samples (`DistributedSampler`'s behaviour: up to `world_size-1` samples train twice in the
+            epoch's last step); False: no sample twice, ranks read up to one sample fewer. Default False.
+        drop_last (bool): drop the epoch's last incomplete global batch (without `pad`, as one process with the
+            global batch does; with `pad`, this rank's last incomplete batch). Default False.
+        equal (bool): without `pad`, every rank runs the same number of batches, `ceil(n/(world_size*batch_size))`
+            (training: each step is a collective), the ranks whose share of a step is empty reading an empty batch
+            (each tensor of the batch with 0 rows; one sample is read to give it its shapes); False: each rank its own
+            batches only (evaluation, where no collective runs per batch). Default True.
         **kwargs: passed to `torch.utils.data.DataLoader` (`num_workers`, `collate_fn`, `pin_memory`, ...).
 
     `start_batch` (default 0): set it to `k` and the next iteration starts at batch `k` of the epoch's order, without
@@ -269,7 +292,7 @@ class DistributedDL:
         ...     for (xb,) in dl: ...
     """
     def __init__(self, dataset, batch_size:int=1, shuffle:bool=False, seed:int=0, rank:int|None=None,
-                 world_size:int|None=None, pad:bool=True, drop_last:bool=False, **kwargs):
+                 world_size:int|None=None, pad:bool=False, drop_last:bool=False, equal:bool=True, **kwargs):
         if isinstance(dataset, IterableDataset):
             raise ValueError(f"DistributedDL needs a map-style dataset (with __getitem__ and __len__), and "
                              f"{type(dataset).__name__} is an IterableDataset: make it yield only this rank's items "
@@ -285,11 +308,13 @@ class DistributedDL:
         _check_shuffle(shuffle)
         self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, seed
         self.pad, self.drop_last, self.epoch, self._start = pad, drop_last, 0, 0
+        self.even, self.batch_rows = equal and not pad, None   # even: every rank the global layout's batches
         self._next = ('batch', 0)   # where the next iteration starts: ('batch', k) or ('sample', m)
         self.n, self._own_generator = len(dataset), kwargs.get('generator') is None
         if self.n > _MAX_N: raise ValueError(f"DistributedDL shards up to 2**62 samples, and the dataset has {self.n}")
         self._kwargs = dict(kwargs)   # the DataLoader's options, for `resharded`
-        self.dl = DataLoader(dataset, batch_size=batch_size, sampler=_ShardSampler(self), drop_last=drop_last, **kwargs)
+        self.dl = DataLoader(dataset, batch_size=batch_size, sampler=_ShardSampler(self),
+                             drop_last=drop_last and not self.even, **kwargs)
         self._batch_dl = None  # a TensorDataset is read a batch at a time, with the same batches
         if _batch_indexable(dataset, kwargs):
             kw = {k: v for k, v in kwargs.items() if k != 'collate_fn'}
@@ -302,6 +327,12 @@ class DistributedDL:
         "Number of samples this rank reads per epoch, before `drop_last`"
         if self.pad: return math.ceil(self.n/self.world_size)
         return len(range(self.rank, self.n, self.world_size))
+
+    @property
+    def n_read(self)->int:
+        """Samples of this rank's shard a pass reads from its start: `n_shard`, or, with `drop_last` and the global
+        layout (`equal` without `pad`), those of the complete global batches only"""
+        return min(self.n_shard, len(self)*self.batch_size) if self.even else self.n_shard
 
     def dataset_targets(self)->torch.Tensor|None:
         """The tensor every batch's targets are rows of (the loop protocol's optional loader member): the last tensor
@@ -322,7 +353,10 @@ class DistributedDL:
         return shard_idxs(self.n, self.rank, self.world_size, self.shuffle, self.seed, self.epoch, self.pad)
 
     def __len__(self)->int:
-        "Number of batches on this rank"
+        "Number of batches on this rank: with `equal` and without `pad`, the global batches, the same on every rank"
+        if self.even:
+            G = self.world_size*self.batch_size
+            return self.n // G if self.drop_last else math.ceil(self.n / G)
         return self.n_shard // self.batch_size if self.drop_last else math.ceil(self.n_shard / self.batch_size)
 
     @property
@@ -330,8 +364,10 @@ class DistributedDL:
         "Number of the next iteration's first batch in the epoch: 0 unless `start_batch` was set or `start_at` called"
         kind, v = self._next
         if kind == 'batch': return v
-        rest = max(self.n_shard - v, 0)
-        return len(self) - (rest // self.batch_size if self.drop_last else math.ceil(rest / self.batch_size))
+        # the batches left: of this rank's shard, or, in the global layout, of the global batches left (every rank's)
+        rest, B = (max(self.n - v*self.world_size, 0), self.world_size*self.batch_size) if self.even else (
+            max(self.n_shard - v, 0), self.batch_size)
+        return len(self) - (rest // B if self.drop_last else math.ceil(rest / B))
     @start_batch.setter
     def start_batch(self, k:int): self._next = ('batch', k)
 
@@ -350,12 +386,32 @@ class DistributedDL:
             raise ValueError(f"Invalid start_batch {v!r}: this rank has {len(self)} batches per epoch")
         if kind == 'sample' and not (isinstance(v, int) and 0 <= v <= self.n_shard):
             raise ValueError(f"Invalid start_at({v!r}): this rank has {self.n_shard} samples per epoch")
-        self._start, self._next = (v*self.batch_size if kind == 'batch' else v), ('batch', 0)
+        n_steps = len(self) - self.start_batch
+        self._start, self._next, self.batch_rows = (v*self.batch_size if kind == 'batch' else v), ('batch', 0), None
         dl = self.dl if self._batch_dl is None else self._batch_dl
         # torch draws the workers' base seed from `dl.generator` (torch's global generator when None) at each
         # iteration: a generator of our own keeps the global one untouched, so a resumed run's draws continue exactly
         if self._own_generator: dl.generator = torch.Generator().manual_seed(self._worker_seed())
-        return iter(dl)
+        return self._steps(iter(dl), n_steps) if self.even else iter(dl)
+
+    def _steps(self, it, n_steps:int):
+        """The `n_steps` batches of a pass of the global layout: this rank's batches from `it`, then, where its share
+        of a step is empty, an empty batch; `batch_rows` is set before each is yielded"""
+        B, W, last = self.batch_size, self.world_size, None
+        for j in range(n_steps):
+            s = self._start + j*B            # this step's first position in the shard: global position s*W
+            total = min(W*B, self.n - s*W)   # the step's samples over all ranks
+            mine = len(range(self.rank, total, W))
+            if mine: last = next(it)
+            else: last = _no_rows(last if last is not None else self._one_sample(s*W))
+            self.batch_rows = (mine, total)
+            yield last
+
+    def _one_sample(self, p:int):
+        "A batch of the one sample at position `p` of the epoch's order, collated as this loader's batches are"
+        i = shard_idxs(self.n, 0, 1, self.shuffle, self.seed, self.epoch, pad=False)[p]
+        if self._batch_dl is not None: return self._batch_dl.collate_fn(self.dataset[torch.tensor([i])])
+        return self.dl.collate_fn([self.dataset[i]])
 
     def resharded(self, rank:int, world_size:int, batch_size:int|None=None)->'DistributedDL':
         """The same loader (dataset, shuffle, seed, epoch, padding, DataLoader options) over shard `rank` of
@@ -363,13 +419,14 @@ class DistributedDL:
         Keeps the global order: batch `k` of every rank covers the positions `k*G ... (k+1)*G-1` of the epoch's order,
         `G = batch_size * world_size`, on any world size. Raises what `DistributedDL` raises."""
         dl = type(self)(self.dataset, batch_size=batch_size or self.batch_size, shuffle=self.shuffle, seed=self.seed,
-                        rank=rank, world_size=world_size, pad=self.pad, drop_last=self.drop_last, **self._kwargs)
+                        rank=rank, world_size=world_size, pad=self.pad, drop_last=self.drop_last,
+                        equal=self.even or self.pad, **self._kwargs)
         dl.set_epoch(self.epoch)
         return dl
 
     @classmethod
-    def from_dl(cls, dl:DataLoader, rank:int|None=None, world_size:int|None=None, pad:bool=True,
-                seed:int=0, what:str='the DataLoader')->'DistributedDL':
+    def from_dl(cls, dl:DataLoader, rank:int|None=None, world_size:int|None=None, pad:bool=False,
+                seed:int=0, what:str='the DataLoader', equal:bool=True)->'DistributedDL':
         """A `DistributedDL` over `dl`'s dataset keeping its batch size, `num_workers`, `collate_fn`, `pin_memory`,
         `drop_last`, worker options and shuffle (a `RandomSampler` means shuffle). Raises `ValueError`, naming `dl`
         as `what` and what it was built with, for an `IterableDataset` (it shards itself: see `iter_shard`), for
@@ -381,7 +438,7 @@ class DistributedDL:
                   worker_init_fn=dl.worker_init_fn, multiprocessing_context=dl.multiprocessing_context)
         if dl.num_workers > 0: kw.update(persistent_workers=dl.persistent_workers, prefetch_factor=dl.prefetch_factor)
         return cls(dl.dataset, batch_size=dl.batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
-                   pad=pad, drop_last=dl.drop_last, **kw)
+                   pad=pad, drop_last=dl.drop_last, equal=equal, **kw)
 
 # %% ../nbs/11_data.ipynb #de80da1d
 def iter_shard(iterable,                # any iterable: the stream of samples (or of files) to split

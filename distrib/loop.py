@@ -7,8 +7,9 @@ from __future__ import annotations
 from torch.utils.data import RandomSampler
 
 # %% auto #0
-__all__ = ['LOOP_ATTRS', 'FIT_ATTRS', 'RESUME_ATTRS', 'fit_epochs', 'is_sharded', 'shard_world', 'start_batch_of', 'loader_order',
-           'check_loop', 'check_resumable_loop', 'batches_per_epoch', 'start_at', 'loop_state', 'load_loop_state']
+__all__ = ['LOOP_ATTRS', 'FIT_ATTRS', 'RESUME_ATTRS', 'fit_epochs', 'is_sharded', 'shard_world', 'batch_rows_of',
+           'start_batch_of', 'loader_order', 'check_loop', 'check_resumable_loop', 'batches_per_epoch', 'start_at',
+           'loop_state', 'load_loop_state']
 
 # %% ../nbs/12b_loop.ipynb #2bb74349
 def fit_epochs(learn)->tuple:
@@ -25,6 +26,12 @@ def shard_world(dl)->int:
     """The number of ranks loader `dl` is sharded over: its `world_size` when it is sharded (`is_sharded`), else 1
     (a plain loader: every rank reads it whole, or one process does)"""
     return dl.world_size if is_sharded(dl) else 1
+
+def batch_rows_of(dl)->tuple|None:
+    """`(mine, total)`: the rows of the batch loader `dl` yielded last, on this rank and over all ranks, read from
+    its optional `batch_rows` (a `DistributedDL` of the global layout sets it); None where the loader does not say,
+    the ranks' batches then taken as equal (a padded shard, a plain loader, a stream)"""
+    return getattr(dl, 'batch_rows', None) if is_sharded(dl) else None
 
 def start_batch_of(dl)->int:
     "The batch a pass over loader `dl` starts at: its `start_batch` (a resumed pass), 0 for a loader without it"

@@ -13,10 +13,11 @@ from .runtime.group import group_backend
 from .runtime.position import doing
 from .callback.core import Callback
 from .data import find_bs
-from .loop import is_sharded, shard_world
+from .loop import is_sharded, shard_world, batch_rows_of
 
 # %% auto #0
-__all__ = ['count_dtype', 'item_count', 'sum_and_count', 'batch_loss', 'start_sum', 'finish_sum', 'scale_grads_', 'ItemMean']
+__all__ = ['count_dtype', 'item_count', 'sum_and_count', 'batch_loss', 'start_sum', 'finish_sum', 'reweigh', 'scale_grads_',
+           'ItemMean']
 
 # %% ../nbs/12a_losses.ipynb #4c326bdf
 def count_dtype(device:torch.device)->torch.dtype:
@@ -173,9 +174,11 @@ def _counts_known_equal(learn, order:int, checked:dict)->bool:
     changes them before `ItemMean` counts them (`_loader_targets`); the loss is one `item_count` knows without class
     `weight`, and no element of that tensor is its `ignore_index` (read once per pass; `checked` remembers it for an
     unchanged tensor), so a batch's count is its targets' number of elements; every rank has the same shard length
-    (`n_shard`: padded, or a world size that divides the dataset), batch size and `drop_last`, and starts at the same
-    sample (`Checkpoint` resumes every rank at the same one), so the k-th batch has the same number of rows
-    everywhere, rows of the same shape. Then every rank counts `n` and the step's count is `n·W`. One all-reduce per
+    (`n_shard`: padded, or a world size that divides the dataset) or reads the global layout (`even`: the same
+    dataset length), the same batch size and `drop_last`, and starts at the same sample (`Checkpoint` resumes every
+    rank at the same one), so the k-th batch has the same number of rows everywhere (or, in the global layout, the
+    rows `batch_rows` gives), rows of the same shape. Then every rank counts `n` and the step's count is `n·W` (in
+    the global layout `total·n/mine`, `(mine, total)` the step's `batch_rows`). One all-reduce per
     pass (`_agree`) checks that these facts hold, and alike, on every rank: the answer is the same everywhere"""
     dl, m = learn.dl, _loss_module(learn.loss_func)
     f = getattr(dl, 'dataset_targets', None) if is_sharded(dl) else None
@@ -186,8 +189,17 @@ def _counts_known_equal(learn, order:int, checked:dict)->bool:
         key = (id(t), t._version, m.ignore_index)
         if key not in checked: checked.clear(); checked[key] = not bool((t == m.ignore_index).any())
         ok = checked[key]
-    facts = [dl.n_shard, dl.batch_size, int(dl.drop_last), t[:1].numel()] if ok else [0]*4   # t[:1]: a row
+    even = ok and getattr(dl, 'even', False)   # the global layout: each step's rows known on every rank
+    size = len(t) if even else dl.n_shard
+    facts = [size, int(even), dl.batch_size, int(dl.drop_last), t[:1].numel()] if ok else [0]*5
     return _agree([int(ok), *facts]) and ok
+
+def reweigh(lg:torch.Tensor, f:float)->torch.Tensor:
+    """`lg * f`, the loss a rank's backward sees weighed by its share `f` of the step's rows; 0 for `f == 0` (an
+    empty batch, whose batch mean is NaN), with the graph kept: the gradients are zeros, and every rank's backward
+    takes part in the collectives"""
+    if f: return lg*f
+    return torch.where(torch.zeros((), dtype=torch.bool, device=lg.device), lg, torch.zeros_like(lg))
 
 @torch.no_grad()
 def scale_grads_(params,                # parameters (DTensor ones too); those whose `.grad` is None are left
@@ -225,7 +237,8 @@ class ItemMean(Callback):
     n_items = scale = window = _early = _work = None   # _early, _work: count all-reduces started, not waited for
     pending, _ws, _window_known = False, 1, False   # a window's count to all-reduce; the training world size; the
                                                     # window's count known equal (no all-reduce)
-    _known = None                                       # the loss whose counts are known equal in this pass, if any
+    _known = _window_N = None   # the loss whose counts are known in this pass, if any; a known window's count
+    _per_row = 1                # the items of a row of targets, where the counts are known
     def before_fit(self):
         self.n_items = self.scale = self.window = self._early = self._work = self._known = None
         self.pending, self._checked = False, {}
@@ -235,6 +248,7 @@ class ItemMean(Callback):
         known = (self._ws > 1 and _loss_module(lf) is not None   # a batch-mean loss: nothing to check
                  and _counts_known_equal(self.learn, self.order, self._checked))
         self._known = lf if known else None
+        self._per_row = self.learn.dl.dataset_targets()[:1].numel() if known else 1   # items per row of targets
     def world_changed(self):
         "The world changed in the middle of a training pass (survivors of a lost rank): its size and counts read again"
         self.before_train()
@@ -264,10 +278,21 @@ class ItemMean(Callback):
     def before_backward(self):
         learn, early, self._early = self.learn, self._early, None
         if early is not None: self._check_early(early)
-        if not learn.training or learn.loss_sum is None: return
-        n, W, known = learn.n_items, self._ws, early is not None and early[-1] is None
+        if not learn.training: return
+        W = self._ws
+        rows = batch_rows_of(learn.dl) if W > 1 else None   # (mine, total): the step's rows, where the loader knows
+        uneven = rows is not None and rows[0]*W != rows[1]
+        if learn.loss_sum is None:   # a batch mean: weighed by its rows (GradientAccumulation weighs its own)
+            ga = getattr(learn, 'gradient_accumulation', None)
+            if uneven and (ga is None or not ga.active): learn.loss_grad = reweigh(learn.loss_grad, rows[0]*W/rows[1])
+            return
+        n, known = learn.n_items, early is not None and early[-1] is None
+        N_known = None if W == 1 or not known else torch.full_like(n, rows[1]*self._per_row) if uneven else n*W
         if self._whole_step():
-            if W == 1 or known: self.n_items = n if W == 1 else n*W; return   # the batch's mean is the step's
+            if W == 1 or known:   # the batch's mean is the step's, or is weighed by its share of the step's rows
+                self.n_items = n if W == 1 else N_known
+                if uneven: learn.loss_grad = reweigh(learn.loss_grad, rows[0]*W/rows[1])
+                return
             self.n_items = N = finish_sum(early[-1] if early else start_sum(n), n.device)
             learn.loss_grad = learn.loss_grad * (n*W/N.clamp_min(torch.finfo(N.dtype).tiny)).to(learn.loss_grad.dtype)
             return
@@ -275,6 +300,7 @@ class ItemMean(Callback):
         if self.scale is None:   # the first window: the power of two near W/n_acc (a fill: no host-to-device copy)
             self.scale = _pow2(torch.full((), W/ga.n_acc, dtype=n.dtype, device=n.device))
         self.window = n if self.window is None else self.window + n
+        if N_known is not None: self._window_N = N_known if self._window_N is None else self._window_N + N_known
         self.pending = True
         learn.loss_grad = learn.loss_grad * (n*self.scale).to(learn.loss_grad.dtype)
         self._window_known = known
@@ -283,9 +309,9 @@ class ItemMean(Callback):
         "At the end of a window: the step's count over the ranks, every gradient times `W/(c·N)`"
         if not self.pending: return
         W, work, self._work = self._ws, self._work, None
-        if W == 1 or self._window_known: N = self.window if W == 1 else self.window*W
+        if W == 1 or self._window_known: N = self.window if W == 1 else self._window_N
         else: N = finish_sum(work or start_sum(self.window), self.window.device)
-        self.n_items, self.window, self.pending = N, None, False
+        self.n_items, self.window, self.pending, self._window_N = N, None, False, None
         has = N > 0
         safe = torch.where(has, N, torch.ones_like(N))
         scale_grads_(self.learn.model.parameters(), (W/(self.scale*safe)).float())

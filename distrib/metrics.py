@@ -58,6 +58,7 @@ class AvgMetric(Metric):
         v, n = self._batch_value(learn)
         if n is None:   # a batch mean: weighted by the batch's samples
             bs = self._samples(learn)
+            if not bs: return   # an empty batch (a rank's share of a step), whose mean is NaN
             if v.is_cpu and v.numel() == 1: self._host += v.item()*bs  # CPU: no device to wait for
             else: self._add(v.detach().double()*bs)
             self._count += bs

@@ -88,7 +88,7 @@ class Recorder(Callback):
         if any(isinstance(n, torch.Tensor) for n in ns):   # counts of items, on the device
             ns = torch.stack([torch.as_tensor(n).reshape(()).to(dev, dt) for n in ns]).cpu()
         bs = torch.as_tensor(ns, dtype=torch.float64)
-        return torch.stack([loss*bs, bs], 1)
+        return torch.stack([torch.where(bs > 0, loss*bs, 0.), bs], 1)   # an empty batch's mean is NaN
     def _record_steps(self):
         """Each step's loss over the global batch (one all-reduce when sharded), then the smoothed losses; a step
         without any item (a loss over items whose targets were all ignored) has a NaN loss and leaves the smoothed

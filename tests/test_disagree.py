@@ -22,7 +22,7 @@ CASES = {  # case of disagree.py: (exception type, words of the message)
     'loss': ('RuntimeError', ['disagree', 'loss function: rank 0: torch.nn.functional.mse_loss, rank 1: '
                               'torch.nn.functional.l1_loss']),
     'shuffle': ('RuntimeError', ['disagree', '(shuffle, seed, drop_last, pad) of each loader: rank 0: [(True, 0, '
-                                 'False, True), (False, 0, False, False)], rank 1: [(False, 0, False, True)']),
+                                 'False, False), (False, 0, False, False)], rank 1: [(False, 0, False, False)']),
     'dtype': ('RuntimeError', ['disagree on the model', 'parameter dtypes: rank 0: float32 x2, rank 1: float64 x2']),
     'valid_len': ('RuntimeError', ['disagree on the loader to evaluate', 'dataset length: rank 0: 16, rank 1: 12']),
     'preds_len': ('RuntimeError', ['disagree on the loader to evaluate', 'dataset length: rank 0: 16, rank 1: 12']),

@@ -9,7 +9,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from ..data import find_bs
-from ..loop import shard_world
+from ..loop import shard_world, batch_rows_of
+from ..losses import reweigh
 from .core import Callback, CancelBatchException
 from ..state import sharding_types
 from ..runtime.position import doing
@@ -128,8 +129,9 @@ class GradientAccumulation(Callback):
         self.active = self.learn.training and bool(self.learn.yb)
         if not self.active: return
         dl = self.learn.dl
-        self.bs, self.world = find_bs(self.learn.yb), shard_world(dl)
-        self.last = self.count + self.bs*self.world >= self.n_acc   # this micro-batch ends the window
+        self.bs, self.world, rows = find_bs(self.learn.yb), shard_world(dl), batch_rows_of(dl)
+        self.global_bs = self.bs*self.world if rows is None else rows[1]   # this micro-batch's samples, all ranks'
+        self.last = self.count + self.global_bs >= self.n_acc   # this micro-batch ends the window
         ddp, fsdp = self._ddp(), self._fsdp()
         quiet = self.strategy == 'forced_sync' or (self.strategy == 'single_auto_sync' and not self.last)
         if quiet and (ddp is not None or fsdp is not None):
@@ -144,13 +146,13 @@ class GradientAccumulation(Callback):
         """Scale what the backward sees, `loss_grad`, by the micro-batch's share of the window's samples; the recorded
         `loss` stays the micro-batch's mean. A loss over items is weighted by `ItemMean` instead"""
         if self.active and self.learn.loss_sum is None:
-            self.learn.loss_grad = self.learn.loss_grad * (self.bs*self.world/self.n_acc)
+            self.learn.loss_grad = reweigh(self.learn.loss_grad, self.bs*self.world/self.n_acc)   # 0 rows: 0
     def after_backward(self): self._exit_no_sync()
 
     def before_step(self):
         "Skip the step and `zero_grad` (`CancelBatchException`, as fastai) until the window is complete"
         if not self.active: return
-        self.count += self.bs*self.world
+        self.count += self.global_bs
         if self.count < self.n_acc: raise CancelBatchException(every_rank=True)  # the same count on every rank
         ddp = self._ddp()
         if ddp is not None and self.strategy == 'forced_sync': _all_reduce_grads(ddp.parameters(), ddp.process_group)

@@ -8,7 +8,7 @@ import math
 from torch.utils.data import DataLoader
 from fastcore.basics import patch, listify
 from .core import Callback
-from ..loop import is_sharded, shard_world
+from ..loop import is_sharded
 from ..learner import Learner
 
 # %% auto #0
@@ -119,10 +119,16 @@ def set_hyper(opt, name:str, value):
 
 # %% ../../nbs/24_callback.schedule.ipynb #ba6c5daa
 def _epoch_batch_sizes(dl)->list|None:
-    "Samples in each batch one rank reads from `dl` in an epoch; None when `dl` does not tell"
+    """Samples in each step of an epoch of `dl`, over all ranks; None when `dl` does not tell. A sharded loader of the
+    global layout (`even`: each step one process's batch) tells its global batches; another, its rank's batches times
+    its world size (every rank's batches alike)"""
     if is_sharded(dl):
         if getattr(dl, 'n_shard', None) is None: return None   # a stream, or a loader that does not tell
-        n, bs, drop = dl.n_shard, dl.batch_size, dl.drop_last
+        even, W = getattr(dl, 'even', False), dl.world_size
+        n, bs = (len(dl.dataset), dl.batch_size*W) if even else (dl.n_shard, dl.batch_size)
+        full, rest = divmod(n, bs)
+        k = 1 if even else W   # the samples of a step per sample of this rank's batch
+        return [bs*k]*full + ([rest*k] if rest and not dl.drop_last else [])
     elif isinstance(dl, DataLoader) and dl.batch_size is not None and hasattr(dl.dataset, '__len__'):
         n, bs, drop = len(dl.dataset), dl.batch_size, dl.drop_last
     else: return None
@@ -143,8 +149,7 @@ def planned_steps(learn:Learner, n_epoch:int)->int:
                          f"training loader ({type(dl).__name__}) does not tell its batch sizes, so a schedule cannot "
                          "know how many steps the fit takes: build the loader with batch_size over a dataset with "
                          "a length")
-    world = shard_world(dl)
-    return counters[0].planned_steps(s*world for _ in range(n_epoch) for s in sizes)
+    return counters[0].planned_steps(s for _ in range(n_epoch) for s in sizes)
 
 # %% ../../nbs/24_callback.schedule.ipynb #312622e3
 class ParamScheduler(Callback):

@@ -142,12 +142,13 @@ def _sync_bn(sync_bn:bool|None, model:nn.Module, device:torch.device)->bool:
 def _shard_loader(dl, i:int, world:World):
     """What rank `world.rank` reads in place of loader `dl` (`dls[i]`, the training loader for `i == 0`): `dl`
     itself if it is a `DistributedDL`; over an `IterableDataset` (which shards itself), `IterableShards(dl)`, with
-    equal batch counts for training; else `DistributedDL.from_dl(dl)`, padded for training. Raises what `from_dl`
-    raises, naming `dls[i]`."""
+    equal batch counts for training; else `DistributedDL.from_dl(dl)`, unpadded: for training every rank runs the
+    same steps, one process's global batches (`equal`), for validation each rank its own batches. Raises what
+    `from_dl` raises, naming `dls[i]`."""
     if is_sharded(dl): return dl
     if isinstance(getattr(dl, 'dataset', None), IterableDataset): return IterableShards(dl, equal=(i == 0))
     what = f"dls[{i}] (the {'training' if i == 0 else 'validation'} DataLoader)"
-    return DistributedDL.from_dl(dl, rank=world.rank, world_size=world.world_size, pad=(i == 0), what=what)
+    return DistributedDL.from_dl(dl, rank=world.rank, world_size=world.world_size, what=what, equal=(i == 0))
 
 class DistributedTrainer(Callback):
     """Train `learn.model` with `torch.nn.parallel.DistributedDataParallel` over every loader's shard, while

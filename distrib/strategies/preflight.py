@@ -107,7 +107,7 @@ def preflight_check(learn:Learner):
     number of loaders, batches, dataset lengths, batch sizes, shuffle, seed, drop_last and padding, the model's
     parameters and their dtypes, the loss function, the optimizer and its hyper-parameters, the callbacks, metrics
     and epochs, and which items each loader holds: `items_fingerprint`, naming the fix, a seeded split, when only
-    they differ), and `ValueError` for a training set smaller than the world size; a no-op without a process group.
+    they differ), and `ValueError` for a padded training set smaller than the world size; no-op without a process group.
     Every rank must call it (`DistributedTrainer.before_fit` does): one `all_reduce` of two int64 per rank."""
     if not pg_initialized() or dist.get_world_size() == 1: return
     fields, ws = _preflight_fields(learn), dist.get_world_size()
@@ -116,11 +116,13 @@ def preflight_check(learn:Learner):
            "optimizer settings, callbacks, metrics and epochs. A callback that runs no collective (a logger on rank "
            "0, say) may differ if its class sets local_only = True.", {_ITEMS: _SPLIT_HINT})
     n = fields['dataset length of each loader'][0] if fields['number of loaders'] else 0
-    if 0 < n < ws:
-        raise ValueError(f"The training set has {n} sample{'s'*(n != 1)}, fewer than the {ws} ranks: DistributedDL "
-                         f"pads each epoch to {ws} samples by repeating, so {ws-n} of the {ws} ranks would train only "
-                         f"on copies of samples that other ranks train on too, counted twice in every step. Use at "
-                         f"most {n} process{'es'*(n != 1)} (--nproc_per_node {n}) or more training data.")
+    padded = fields['number of loaders'] and fields['(shuffle, seed, drop_last, pad) of each loader'][0][3] is True
+    if 0 < n < ws and padded:   # unpadded, the ranks past the last sample read empty batches: exact, if idle
+        raise ValueError(f"The training set has {n} sample{'s'*(n != 1)}, fewer than the {ws} ranks: "
+                         f"DistributedDL(pad=True) pads each epoch to {ws} samples by repeating, so {ws-n} of the "
+                         f"{ws} ranks would train only on copies of samples that other ranks train on too, counted "
+                         f"twice in every step. Use pad=False (the default: no sample twice), at most {n} "
+                         f"process{'es'*(n != 1)} (--nproc_per_node {n}) or more training data.")
 
 # %% ../../nbs/34_strategies.preflight.ipynb #ca9d71b1
 def check_models(model:nn.Module):

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from distrib import (Learner, DataLoaders, Callback, rank_distrib, unwrap_model, CancelBatchException,
-                     CancelTrainException, CancelFitException, rank0_first, long_phase, distrib_barrier)
+                     CancelTrainException, CancelFitException, rank0_first, long_phase, distrib_barrier, DistributedDL)
 
 rank = rank_distrib()
 
@@ -58,8 +58,9 @@ def case_local_only():
     learn = make_learn()
     with learn.distrib_ctx(timeout=30): learn.fit(1, cbs=LogOnRank0() if rank == 0 else None)
 
-def case_tiny():
+def case_tiny():   # padded (DistributedSampler's behaviour): the rank past the one sample would train on a copy
     learn = make_learn(n_train=1)
+    learn.dls.loaders[0] = DistributedDL(learn.dls.train.dataset, batch_size=8, shuffle=True, pad=True)
     with learn.distrib_ctx(timeout=30): learn.fit(1)
 
 def case_nested():
