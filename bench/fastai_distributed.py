@@ -2,8 +2,9 @@
 Learner" (nbs/44_fastai.ipynb). Runs tests/scripts/fastai_job.py's `fit` case (2 epochs of Adam, batch 8 per rank;
 the reference: fastai alone in one process with batch 16) under each library, then a CancelFitException on rank 1
 alone under each, and prints one line per measure.
-Usage: python bench/fastai_distributed.py   (in a venv with fastai 2.8: pip install -e ".[fastai]")"""
-import json, os, subprocess, sys, tempfile, time
+Usage: python bench/fastai_distributed.py   (in a venv with fastai 2.8: pip install -e ".[fastai]"; fastai.distributed
+also needs Hugging Face's accelerate, which fastai imports from it: pip install accelerate)"""
+import importlib.util, json, os, subprocess, sys, tempfile, time
 from pathlib import Path
 import torch
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +52,8 @@ def launch(code:str, timeout:float)->tuple:
 def diff(a, b)->float: return (torch.tensor(a, dtype=torch.float64) - torch.tensor(b, dtype=torch.float64)).abs().max().item()
 
 if __name__ == '__main__':
+    if importlib.util.find_spec('accelerate') is None:
+        sys.exit("fastai.distributed imports accelerate's Accelerator, which this environment lacks: pip install accelerate")
     ref = job.run_case('fit', 2*job.B)
     d = tempfile.mkdtemp()
     secs, rc, out = launch(RUN_FASTAI.format(scripts=str(ROOT/'tests'/'scripts'), cancel=False, path=f'{d}/fa.json'), 300)
