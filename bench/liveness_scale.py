@@ -187,8 +187,8 @@ class Ranks:
             for k in keys: self.s.put(k, 0)
             named = int(self.s.data.get(f'{self.pre}straggler', 0)) % JobStore.WAITING_GEN
             self.s.put(f'{self.pre}straggler', self.round_n * JobStore.WAITING_GEN + named)
-        g = keys[1 + b // stragglers._PER_KEY]
-        self.s.put(g, int(self.s.data[g]) + ((self.w - 1) << (stragglers._FIELD * (b % stragglers._PER_KEY))))
+        i, one = JobStore.bucket_field(b)
+        self.s.put(keys[1 + i], int(self.s.data[keys[1 + i]]) + (self.w - 1) * one)
         self.s.put(keys[0], int(self.s.data[keys[0]]) + self.w - 1)
 
 class Full(stragglers.StepTimer):

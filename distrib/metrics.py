@@ -12,7 +12,7 @@ from .data import find_bs
 from .losses import sum_and_count, count_dtype
 
 # %% auto #0
-__all__ = ['Metric', 'AvgMetric', 'AvgLoss', 'accuracy', 'AccumMetric']
+__all__ = ['Metric', 'sum_over_ranks', 'AvgMetric', 'AvgLoss', 'accuracy', 'AccumMetric']
 
 # %% ../nbs/13_metrics.ipynb #b2eee10d
 class Metric:
@@ -27,6 +27,14 @@ class Metric:
     def name(self)->str: return class2attr(self, 'Metric')
 
 # %% ../nbs/13_metrics.ipynb #b1ee87ff
+def sum_over_ranks(pairs:list, # `(total, count)` pairs: numbers or 0-d tensors (of any device and dtype)
+                  )->torch.Tensor: # float64, shape (len(pairs), 2), CPU: each pair summed over all ranks
+    """Each `(total, count)` of `pairs` summed over all ranks, in one all-reduce (`all_reduce_sum`) of float64 values;
+    in a world of one, `pairs` as float64. Every rank must call it with as many pairs. The one sum of averages over
+    ranks: `AvgMetric.sync`, and fastai's `AvgMetric` and `AvgLoss` (`distrib.fastai.metrics.sync_metrics`, all of a
+    pass's in one call)."""
+    return all_reduce_sum(torch.tensor([[float(t), float(c)] for t, c in pairs], dtype=torch.float64).view(-1, 2))
+
 class AvgMetric(Metric):
     """Average of `func(pred, *yb)` over the samples of a pass (`func` returns a batch mean), or over the items it
     counts when it returns `(sum, count)` (`distrib.losses.sum_and_count`), summed over ranks by `sync` (fastai's
@@ -70,10 +78,10 @@ class AvgMetric(Metric):
         "Add `v` (0-d, on the batch's device) to the sum kept there: a copy of the first batch's value starts it"
         self._total = v.clone() if self._total is None else self._total.to(v.device, v.dtype) + v
     def sync(self, dl=None):
-        "Sum `total` and `count` over all ranks (one all-reduce); every rank must call it"
-        t = all_reduce_sum(torch.stack([self.total.cpu().double(), torch.tensor(self.count, dtype=torch.float64)]))
-        n = t[1].item()
-        self.total, self.count = t[0], int(n) if n == int(n) else n
+        "Sum `total` and `count` over all ranks (one all-reduce: `sum_over_ranks`); every rank must call it"
+        (total, n), = sum_over_ranks([(self.total, self.count)])
+        n = n.item()
+        self.total, self.count = total, int(n) if n == int(n) else n
     @property
     def value(self)->float|None: return self.total.item()/self.count if self.count else None
     @property

@@ -12,7 +12,39 @@ from .state import (is_sharded, full_model_state, full_opt_state, set_full_model
                            save_sharded, load_sharded)
 
 # %% auto #0
-__all__ = ['LearnerSaving']
+__all__ = ['model_state_of', 'set_model_state', 'LearnerSaving']
+
+# %% ../nbs/18_saving.ipynb #61c25ed9
+def model_state_of(learn,               # a loop: its `model` (maybe wrapped) and `opt` (maybe None) are read
+                   with_opt:bool=True,  # include the optimizer's state (when there is an optimizer)
+                  )->dict:              # {'model': ..., 'opt': ..., 'opt_type': ...}
+    """What `save` and `Checkpoint` write of the model and optimizer of loop `learn`, gathered in this one place:
+    `{'model': the unwrapped model's state_dict, 'opt': the optimizer's, 'opt_type': its class}`, without the
+    optimizer when `with_opt` is False or there is none. Every rank calls it: for DDP every rank holds the whole
+    state; a sharded model's (FSDP) shards are gathered to CPU tensors on rank 0 (`distrib.state.full_model_state`,
+    a collective) and the other ranks get empty dicts."""
+    model = unwrap_model(learn.model)
+    state = {'model': full_model_state(model)}
+    if with_opt and learn.opt is not None:
+        state.update(opt=full_opt_state(model, learn.opt), opt_type=opt_type(learn.opt))
+    return state
+
+def set_model_state(learn,              # a loop: its `model`, `opt` and `create_opt()`
+                    state:dict,         # as `model_state_of` returns it, whole on every rank
+                    with_opt:bool=True, # load the optimizer's state too, when `state` has it
+                    strict:bool=True,   # `load_state_dict`'s: every key of the model's state in `state`
+                    file=None,          # where `state` was read from, named in errors
+                   ):
+    """Load `state` into the model of loop `learn` and, with `with_opt` and when `state` has one, its optimizer
+    (created with `learn.create_opt()` if needed); a sharded model keeps its shards of it. Raises `TypeError` naming
+    both classes, before loading anything, when the optimizer state is another optimizer class's, and what
+    `load_state_dict` raises for another model."""
+    model = unwrap_model(learn.model)
+    if with_opt and 'opt' in state:
+        if learn.opt is None: learn.create_opt()
+        check_opt_state(learn.opt, state, file)
+    set_full_model_state(model, state['model'], strict=strict)
+    if with_opt and 'opt' in state: set_full_opt_state(model, learn.opt, state['opt'])
 
 # %% ../nbs/18_saving.ipynb #bf93fbf4
 class LearnerSaving:
@@ -23,28 +55,12 @@ class LearnerSaving:
     def _file(self, name:str)->Path: return self.path/self.model_dir/f'{name}.pth'
 
     def model_state(self, with_opt:bool=True)->dict:
-        """What `save` and `Checkpoint` write of the model and optimizer, gathered in this one place: `{'model': the
-        unwrapped model's state_dict, 'opt': the optimizer's, 'opt_type': its class}`, without the optimizer when
-        `with_opt` is False or there is none. Every rank calls it: for DDP every rank holds the whole state; a sharded
-        model's (FSDP) shards are gathered to CPU tensors on rank 0 (`distrib.state.full_model_state`, a collective)
-        and the other ranks get empty dicts."""
-        model = unwrap_model(self.model)
-        state = {'model': full_model_state(model)}
-        if with_opt and self.opt is not None:
-            state.update(opt=full_opt_state(model, self.opt), opt_type=opt_type(self.opt))
-        return state
+        "What `save` and `Checkpoint` write of the model and optimizer: `model_state_of(self, with_opt)`"
+        return model_state_of(self, with_opt)
 
     def load_model_state(self, state:dict, with_opt:bool=True, strict:bool=True, file=None):
-        """Load `state` (as `model_state` returns it, whole on every rank) into the model and, with `with_opt` and
-        when it has one, the optimizer (created if needed); a sharded model keeps its shards of it. `file` names its
-        origin in errors. Raises `TypeError` naming both classes, before loading anything, when the optimizer state
-        is another optimizer class's, and what `load_state_dict` raises for another model."""
-        model = unwrap_model(self.model)
-        if with_opt and 'opt' in state:
-            if self.opt is None: self.create_opt()
-            check_opt_state(self.opt, state, file)
-        set_full_model_state(model, state['model'], strict=strict)
-        if with_opt and 'opt' in state: set_full_opt_state(model, self.opt, state['opt'])
+        "Load what `model_state` returned: `set_model_state(self, state, with_opt, strict, file)`; returns the Learner"
+        set_model_state(self, state, with_opt, strict, file)
         return self
 
     def save(self, name:str, with_opt:bool=True, sharded:bool=False)->Path:

@@ -282,6 +282,40 @@ def test_loader_rule_can_fail(tmp_path):
     p.write_text("def f(dl):\n    return isinstance(dl, (DistributedDL, list)) or isinstance(dl, data.ShardedDL)\n")
     assert loader_isinstances(p) == [(2, 'DistributedDL'), (2, 'ShardedDL')]
 
+# torch.distributed's tensor all-gathers (two names of one before torch 2.13), and the sort that orders gathered rows
+GATHERS = {'all_gather', 'all_gather_into_tensor', 'all_gather_single', 'argsort'}
+COLLECTIVES = PKG/'runtime'/'collectives.py'
+
+def gather_uses(path:Path)->list:
+    """`(line, name)` for every use in `path` of a name of `GATHERS` (`torch.distributed`'s tensor all-gathers and
+    `argsort`): a name, an attribute, an imported name, or a string naming one (`getattr(dist, 'all_gather_single')`);
+    `all_gather_object` (objects, not tensors) is another name"""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        name = (node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else
+                node.name if isinstance(node, ast.alias) else
+                node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None)
+        if name in GATHERS: out.append((getattr(node, 'lineno', None), name))
+    return out
+
+def test_gathers_only_in_collectives():
+    """A tensor all-gather (`all_gather`, `all_gather_into_tensor`, `all_gather_single`) and the ordering's `argsort`
+    appear in distrib/ only in `runtime/collectives.py` (issue 47): one ordered gather (`gather_rows`, `order_rows`)
+    for every loop and metric, and FSDP's probe (`probe_shard_collectives`), each with its collectives' position"""
+    assert {n for _, n in gather_uses(COLLECTIVES)} >= {'all_gather', 'all_gather_into_tensor', 'argsort'}
+    bad = [f"{p.relative_to(PKG.parent)}:{ln}: {name}" for p in modules() if p != COLLECTIVES
+           for ln, name in gather_uses(p)]
+    assert not bad, "a tensor all_gather or argsort outside distrib/runtime/collectives.py (use gather_rows, " \
+        "order_rows or gather_in_order there, or add the collective there):\n" + '\n'.join(bad)
+
+def test_gather_rule_can_fail(tmp_path):
+    p = tmp_path/'x.py'
+    p.write_text("import torch, torch.distributed as dist\nfrom torch.distributed import all_gather as ag\n"
+                 "def f(t, i):\n    dist.all_gather_into_tensor(t, t); getattr(dist, 'all_gather_single')\n"
+                 "    dist.all_gather_object([], 1); return i.argsort(), torch.argsort(i)\n")
+    want = [(2, 'all_gather'), (4, 'all_gather_into_tensor'), (4, 'all_gather_single'), (5, 'argsort'), (5, 'argsort')]
+    assert sorted(gather_uses(p), key=str) == sorted(want, key=str)
+
 def test_stall_checks_set_up_by_a_call():
     "Nothing imports `runtime.stalls` for its effect: whoever starts liveness calls `watch_stalls()` first"
     for p in modules():

@@ -26,10 +26,8 @@ from ..runtime.waits import agree_cancel
 from ..runtime.position import doing
 from ..runtime.collectives import broadcast_object
 from ..loop import is_sharded
-from ..learner import Learner as DistribLearner
 from ..model import model_device, unwrap_model
-from ..strategies import ddp, dp
-import distrib.strategies.context  # noqa: its distrib_ctx, on distrib's Learner, is the one fastai's gets
+from ..strategies import ddp, dp, context
 from .data import ShardedDL
 from .metrics import check_metrics, sync_metrics, gather_preds
 from .losses import ItemMean, Shares, sum_over_items
@@ -286,14 +284,10 @@ def to_distributed(self:Learner, device=None, sync_bn:bool|None=None, comm_hook:
     if strategy != 'ddp':
         raise ValueError(f"strategy={strategy!r} is not supported on fastai's Learner (distrib.fastai): only 'ddp'; "
                          "FSDP would shard the state of fastai's Optimizer, which distrib's FSDP trainer does not know")
-    return dp.attach(self, DistributedTrainer(device, sync_bn, comm_hook, comm_hook_state, compile, **kwargs),
-                     ddp.DistributedTrainer, "This Learner is already distributed (distrib_ctx nested twice?): call "
-                     "detach_distributed() first")
+    return context.attach_trainer(self, DistributedTrainer(device, sync_bn, comm_hook, comm_hook_state, compile,
+                                                           **kwargs))
 
-@patch_to(Learner)
-def detach_distributed(self:Learner)->Learner:
-    "Undo `to_distributed`: fastai's model, loaders and logging are back; a no-op when not attached"
-    return dp.detach(self, ddp.DistributedTrainer)
+patch_to(Learner)(context.detach_distributed)   # distrib's: fastai's model, loaders and logging are back
 
 @patch_to(Learner)
 @contextmanager
@@ -310,8 +304,8 @@ def distrib_ctx(self:Learner, device=None, sync_bn:bool|None=None, backend:str|N
     device, sync_bn = _fastai_device(device, sync_bn, cuda_id, 'distrib_ctx')
     if in_notebook: _ignored('distrib_ctx(in_notebook=True)', "notebook_launch (distrib.launch.notebook) starts "
                              "the processes, and distrib_ctx creates their process group")
-    with DistribLearner.distrib_ctx(self, device, sync_bn, backend, timeout, comm_hook, comm_hook_state, strategy,
-                                    compile, stall_timeout, **kwargs):
+    with context.distrib_ctx(self, device, sync_bn, backend, timeout, comm_hook, comm_hook_state, strategy, compile,
+                             stall_timeout, **kwargs):
         mix = MixDraws() if trainer_of(self) is None else None   # the trainer has its own
         if mix is not None: self.add_cb(mix)
         try: yield self
@@ -328,20 +322,9 @@ class ParallelTrainer(dp.ParallelTrainer):
 
 @patch_to(Learner)
 def to_parallel(self:Learner, device_ids:list|None=None)->Learner:
-    """Train with `nn.DataParallel` over `device_ids` (default: all GPUs) until `detach_parallel`; `RuntimeError` if
-    already attached"""
-    return dp.attach(self, ParallelTrainer(device_ids), dp.ParallelTrainer,
-                     "This Learner already has a ParallelTrainer: call detach_parallel() first")
+    """distrib's `to_parallel` (`distrib.strategies.dp`) with this module's `ParallelTrainer`: train with
+    `nn.DataParallel` over `device_ids` (default: all GPUs) until `detach_parallel`; `RuntimeError` if already
+    attached"""
+    return dp.to_parallel(self, device_ids, ParallelTrainer)
 
-@patch_to(Learner)
-def detach_parallel(self:Learner)->Learner:
-    "Undo `to_parallel`: the original model is back in `learn.model`; a no-op when not attached"
-    return dp.detach(self, dp.ParallelTrainer)
-
-@patch_to(Learner)
-@contextmanager
-def parallel_ctx(self:Learner, device_ids:list|None=None):
-    "Context manager: `to_parallel(device_ids)` on entry, `detach_parallel()` on exit, also when the body raises"
-    self.to_parallel(device_ids)
-    try: yield self
-    finally: self.detach_parallel()
+for _f in (dp.detach_parallel, dp.parallel_ctx): patch_to(Learner)(_f)   # distrib's, as they are

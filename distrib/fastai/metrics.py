@@ -12,7 +12,8 @@ try:
     from fastai.torch_core import apply
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
-from ..runtime.collectives import all_reduce_sum, broadcast_object, gather_rows, order_rows
+from ..runtime.collectives import broadcast_object, gather_rows, order_rows
+from ..metrics import sum_over_ranks
 
 # %% auto #0
 __all__ = ['check_metrics', 'sync_metric', 'sync_metrics', 'gather_preds']
@@ -83,8 +84,8 @@ def sync_metric(m, dl):
     if isinstance(m, (AvgSmoothLoss, ValueMetric)): return
     if callable(getattr(m, 'sync', None)): return m.sync(dl)
     if isinstance(m, (AvgMetric, AvgLoss)):
-        t = all_reduce_sum(torch.tensor([float(m.total), float(m.count)], dtype=torch.float64))
-        m.total, m.count = t[0], t[1].item()
+        (total, count), = sum_over_ranks([(m.total, m.count)])
+        m.total, m.count = total, count.item()
     elif isinstance(m, AccumMetric):
         p, t = _rows_many(_accum_tensors(m), dl, f"metric {m.name!r}")
         m.preds, m.targs = [p], [t] if len(t) else []
@@ -98,8 +99,8 @@ def sync_metrics(metrics, dl):
     avg = [m for m in metrics if isinstance(m, (AvgMetric, AvgLoss)) and not isinstance(m, (AvgSmoothLoss, ValueMetric))
            and not callable(getattr(m, 'sync', None))]
     if avg:
-        t = all_reduce_sum(torch.tensor([[float(m.total), float(m.count)] for m in avg], dtype=torch.float64))
-        for m, (total, count) in zip(avg, t): m.total, m.count = total, count.item()
+        for m, (total, count) in zip(avg, sum_over_ranks([(m.total, m.count) for m in avg])):
+            m.total, m.count = total, count.item()
     acc = [m for m in metrics if isinstance(m, AccumMetric) and not callable(getattr(m, 'sync', None))]
     if acc:
         rows = _rows_many([t for m in acc for t in _accum_tensors(m)], dl, "metrics " + ', '.join(m.name for m in acc))

@@ -17,7 +17,8 @@ except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
 from ..loop import is_sharded
 from ..model import model_device, unwrap_model
-from ..files import save_file, on_rank0, opt_type, check_opt_state
+from ..files import save_file, on_rank0
+from ..saving import model_state_of, set_model_state
 from .data import ShardedDL
 from .distributed import trainer_of
 
@@ -34,10 +35,9 @@ def save(self:Learner, file, with_opt:bool=True, pickle_protocol:int=2):
     Raises `OSError` naming the file when the write fails (the previous file unchanged)."""
     if trainer_of(self) is None: return _fastai_save(self, file, with_opt=with_opt, pickle_protocol=pickle_protocol)
     path = join_path_file(file, self.path/self.model_dir, ext='.pth')
-    def write():
-        state = unwrap_model(self.model).state_dict()
-        if with_opt and getattr(self, 'opt', None) is not None: state = {'model': state, 'opt': self.opt.state_dict()}
-        save_file(state, path)
+    def write():   # fastai's layout: the model's state alone, or {'model', 'opt'}
+        s = model_state_of(self, with_opt)
+        save_file({'model': s['model'], 'opt': s['opt']} if 'opt' in s else s['model'], path)
     on_rank0(write, f"Learner.save of {path.name}")   # the name alone: fastai's LRFinder saves in a folder per rank
     return path
 
@@ -91,25 +91,23 @@ def _resume_cb(learn)->_Resume:
 
 @patch_to(Learner)
 def model_state(self:Learner, with_opt:bool=True)->dict:
-    """The loop protocol's (`distrib.loop`) model state: `{'model': the unwrapped model's state_dict, 'opt': fastai's
-    optimizer's, 'opt_type': its class}` (no optimizer when `with_opt` is False or there is none)"""
-    state = {'model': unwrap_model(self.model).state_dict()}
-    if with_opt and self.opt is not None: state.update(opt=_plain(self.opt.state_dict()), opt_type=opt_type(self.opt))
+    """The loop protocol's (`distrib.loop`) model state: distrib's (`distrib.saving.model_state_of`: `{'model': the
+    unwrapped model's state_dict, 'opt': fastai's optimizer's, 'opt_type': its class}`, no optimizer when `with_opt`
+    is False or there is none), the optimizer's state plain (`_plain`: for `torch.load(weights_only=True)`)"""
+    state = model_state_of(self, with_opt)
+    if 'opt' in state: state['opt'] = _plain(state['opt'])
     return state
 
 @patch_to(Learner)
 def load_model_state(self:Learner, state:dict, with_opt:bool=True, strict:bool=True, file=None)->Learner:
     """Load what `model_state` returned (on the CPU) into the model and, with `with_opt`, fastai's optimizer (created
-    if needed; its state moved to the model's device). Raises `TypeError` naming both classes for another optimizer's
-    state (before loading anything), and what `load_state_dict` raises for another model."""
-    model, opt = unwrap_model(self.model), with_opt and 'opt' in state
-    if opt:
-        if self.opt is None: self.create_opt()
-        check_opt_state(self.opt, state, file)
-    model.load_state_dict(state['model'], strict=strict)
-    if opt:
-        self.opt.load_state_dict(to_device(state['opt'], model_device(model)))
-        self.opt.hypers = L(self.opt.hypers)   # fastai's own type
+    if needed; its state moved to the model's device first): distrib's `set_model_state` (`distrib.saving`). Raises
+    `TypeError` naming both classes for another optimizer's state (before loading anything), and what
+    `load_state_dict` raises for another model."""
+    opt = with_opt and 'opt' in state
+    if opt: state = {**state, 'opt': to_device(state['opt'], model_device(unwrap_model(self.model)))}
+    set_model_state(self, state, with_opt, strict, file)
+    if opt: self.opt.hypers = L(self.opt.hypers)   # fastai's own type
     return self
 
 @patch_to(Learner)

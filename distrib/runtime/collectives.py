@@ -11,7 +11,7 @@ from .position import doing
 
 # %% auto #0
 __all__ = ['comm_device', 'broadcast_object', 'all_reduce_sum', 'all_reduce_mean', 'gather_object', 'gather_rows', 'order_rows',
-           'gather_in_order']
+           'gather_in_order', 'probe_shard_collectives']
 
 # %% ../../nbs/09_runtime.collectives.ipynb #77423bce
 def _world_size()->int:
@@ -158,3 +158,22 @@ def gather_in_order(t:torch.Tensor|list, # this rank's results, one row per samp
     out = [order_rows(x, idxs) for x in ts]
     return out if isinstance(t, (list, tuple)) else out[0]
 
+
+# %% ../../nbs/09_runtime.collectives.ipynb #a14b8dc7
+def probe_shard_collectives(device:torch.device, # the training device, whose tensors FSDP reduces and gathers
+                           )->bool:              # whether the backend's reduce-scatter averages with `ReduceOp.AVG`
+    """Run the two collectives of sharded training once each on tiny `device` tensors, on every rank (every rank
+    must call it): a reduce-scatter of `world_size` ones to one number, an all-gather (`all_gather_into_tensor`) of
+    one number to `world_size`; then a reduce-scatter with `ReduceOp.AVG` of the value `rank + 1`, which tells a mean
+    from a sum. Returns whether that one averages: False where the backend refuses `AVG`, or sums (torch 2.8's gloo).
+    Raises what the backend raises (`RuntimeError`, `NotImplementedError`, `ValueError`) when it cannot run the
+    first two on `device` tensors. Needs the process group."""
+    ws = dist.get_world_size()
+    reduce_scatter = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor  # torch < 2.13 names
+    all_gather = getattr(dist, 'all_gather_single', None) or dist.all_gather_into_tensor
+    reduce_scatter(torch.empty(1, device=device), torch.ones(ws, device=device))
+    all_gather(torch.empty(ws, device=device), torch.ones(1, device=device))
+    out = torch.zeros(1, device=device)
+    try: reduce_scatter(out, torch.full((ws,), float(dist.get_rank() + 1), device=device), op=dist.ReduceOp.AVG)
+    except (RuntimeError, NotImplementedError, ValueError): return False  # no AVG here: FSDP2 must sum, then divide
+    return abs(out.item() - (ws + 1) / 2) < 1e-6  # the mean of 1..ws

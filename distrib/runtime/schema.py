@@ -14,6 +14,9 @@ __all__ = []
 # %% ../../nbs/04a_runtime.schema.ipynb #b5c0a007
 _WAITING_GEN = 1 << 20  # `waiting` and `straggler` counters: a count in their low 20 bits, how often it restarted above
 _AT_RECORD_BYTES = 1024  # bytes of one at-record: its JSON, padded with spaces
+# A straggler round's histogram: 4 counts (ranks per bucket) of 15 bits in each of its counters, so a bucket holds
+# at most 32,767 ranks and a round of 64 buckets reads 16 counters at any world size
+_HIST_BITS, _HIST_PER_KEY = 15, 4
 
 STORE_ERRORS = (RuntimeError, OSError, ValueError)
 # What a call of the job's store raises when the store is gone, unreachable or did not answer in time, the one tuple
@@ -156,7 +159,8 @@ class JobStore:
     None), or unprefixed (the launcher's and its agent's: `restart_count` the attempt), or of a process group's
     store (`group_prefix`, for `claim_gpu`). Each method makes the store calls its docstring counts; the store's
     errors (`STORE_ERRORS`) propagate. The `WAITING` and `STRAGGLER` counters pack two numbers (`count`,
-    `generation`): no module outside this one decodes them."""
+    `generation`), a straggler round's histogram counters four (`bucket_field`, `histogram`): no module outside
+    this one decodes them."""
     FAILURES, WAITING, STRAGGLER, EXPLAIN, STRAGGLERS = 'failures', 'waiting', 'straggler', 'explain', 'stragglers'
     COUNTERS = (FAILURES, WAITING, STRAGGLER)  # the job's counters, which every watchdog tick reads
     WAITING_GEN, AT_RECORD_BYTES = _WAITING_GEN, _AT_RECORD_BYTES
@@ -246,8 +250,29 @@ class JobStore:
         return str(ident or '').startswith('cancel/')
 
     def round_keys(self, slot:int, buckets:int)->list:
-        "The counters of a straggler round in slot `slot`: its count of ranks, then `buckets` histogram counters"
-        return [self.key(f'work/{slot}/n')] + [self.key(f'work/{slot}/{g}') for g in range(buckets)]
+        """The counters of a straggler round in slot `slot`: its count of ranks, then those of its histogram of
+        `buckets` buckets (`_HIST_PER_KEY` buckets in each: `bucket_field`)"""
+        counters = -(-buckets // _HIST_PER_KEY)
+        return [self.key(f'work/{slot}/n')] + [self.key(f'work/{slot}/{g}') for g in range(counters)]
+
+    @staticmethod
+    def bucket_field(b:int)->tuple:
+        """`(g, one)`: bucket `b` of a straggler round's histogram is counted in its `g`-th histogram counter
+        (`round_keys(...)[1 + g]`), in the `_HIST_BITS` bits where adding `one` counts one rank"""
+        return b // _HIST_PER_KEY, 1 << (_HIST_BITS * (b % _HIST_PER_KEY))
+
+    def count_in_bucket(self, keys:list, b:int)->int:
+        """Count one rank in bucket `b` of the histogram of the straggler round whose counters are `keys`
+        (`round_keys`): the counter's new value. One `add`"""
+        g, one = JobStore.bucket_field(b)
+        return self.add(keys[1 + g], one)
+
+    @staticmethod
+    def histogram(raw:list)->list:
+        """The ranks in each bucket of a straggler round's histogram, from the values `raw` of its histogram counters
+        (`round_keys(...)[1:]`, in order: ints or bytes): `_HIST_PER_KEY` buckets per counter"""
+        mask = (1 << _HIST_BITS) - 1
+        return [(int(v) >> (_HIST_BITS * i)) & mask for v in raw for i in range(_HIST_PER_KEY)]
 
     def reset(self, keys:list):
         "Set the counters `keys` (`round_keys`) to 0: one `multi_set`"

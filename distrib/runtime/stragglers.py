@@ -22,7 +22,7 @@ _STRAGGLER_EVERY = 10.0     # seconds at least between two rounds of the straggl
 _HIST_LOW = 1e-4      # seconds: the histogram of the ranks' times starts at 0.1 ms
 _HIST_RATIO = 1.25    # each bucket's upper edge is 1.25 times its lower one
 _HIST_BUCKETS = 64    # buckets, 0.1 ms to about 127 s (the last from 1e-4 * 1.25**63 s); the ends take the rest
-_FIELD, _PER_KEY, _SLOTS = 15, 4, 4  # 15-bit counts, 4 of them per counter; the rounds whose counters are kept
+_SLOTS = 4            # the rounds whose counters are kept (`JobStore.round_keys`, 4 buckets in each counter)
 
 def _straggler_steps()->int:
     """The training steps a rank's time per step is averaged over for the straggler check:
@@ -121,13 +121,8 @@ class StepTimer:
 
 # %% ../../nbs/06a_runtime.stragglers.ipynb #a30e0305
 def _round_keys(slot:int)->list:
-    "The counters of a round in slot `slot`: its count of ranks, then the histogram's 16"
-    return JobStore(None).round_keys(slot, _HIST_BUCKETS // _PER_KEY)
-
-def _histogram(raw:list)->list:
-    "The ranks per bucket, from the histogram's counters `raw` (bytes, 4 buckets of 15 bits in each)"
-    mask = (1 << _FIELD) - 1
-    return [(int(v) >> (_FIELD * i)) & mask for v in raw for i in range(_PER_KEY)]
+    "The counters of a round in slot `slot`: its count of ranks, then its histogram's (`JobStore.round_keys`)"
+    return JobStore(None).round_keys(slot, _HIST_BUCKETS)
 
 def _straggler_line(rec:dict)->str:
     "The line rank 0 prints for a straggler's record `rec` (`rank`, `host`, `local_rank`, `own`, `median`, `steps`)"
@@ -169,7 +164,7 @@ def _join(dog, s:dict, rnd:int):
                                                      'ratio': timer.ratio, 'steps': timer.steps}
         if p is None: return
         b = _time_bucket(own)
-        dog.later(lambda js: js.add(p['keys'][1 + b // _PER_KEY], 1 << (_FIELD * (b % _PER_KEY))))
+        dog.later(lambda js: js.count_in_bucket(p['keys'], b))
         def count(js): p['n'] = js.add(p['keys'][0], 1)
         dog.later(count)
         return
@@ -178,7 +173,7 @@ def _join(dog, s:dict, rnd:int):
     if p['keys'][1] in dog.values:  # the histogram, complete
         s['pending'], s['decided'] = None, s.get('decided', 0) + 1
 
-        med = _bucket_seconds(_median_bucket(_histogram([dog.values[k] for k in p['keys'][1:]])))
+        med = _bucket_seconds(_median_bucket(JobStore.histogram([dog.values[k] for k in p['keys'][1:]])))
         if s.get('named') or p['own'] < p['ratio'] * med or p['own'] - med < _STRAGGLER_MARGIN: return
         s['named'] = True
         rec = {'rank': world.rank, 'host': dog.me.get('host'), 'local_rank': world.local_rank,

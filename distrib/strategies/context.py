@@ -8,7 +8,7 @@ import gc, datetime, importlib, weakref
 from contextlib import contextmanager
 import torch
 import torch.distributed as dist
-from fastcore.basics import patch
+from fastcore.basics import patch, patch_to
 from ..runtime.world import current_world, pg_initialized
 from ..runtime.group import setup_distrib, distrib_timeout, group_timeout, DEFAULT_TIMEOUT
 from ..runtime.liveness import remember_position
@@ -21,7 +21,7 @@ from .ddp import DistributedTrainer, check_kwargs, train_device
 from .dp import attach, detach
 
 # %% auto #0
-__all__ = []
+__all__ = ['attach_trainer', 'detach_distributed', 'distrib_ctx']
 
 # %% ../../nbs/33_strategies.context.ipynb #2ee70c74
 # strategy name -> (module, class) of its trainer, a `DistributedTrainer`: the module is imported when the strategy is
@@ -57,13 +57,20 @@ def to_distributed(self:Learner, device=None, sync_bn:bool|None=None, comm_hook:
     `detach_distributed`;
     `kwargs` are the strategy's options. Raises `RuntimeError` if already attached or in a world of one process,
     and what the trainer raises for bad options."""
-    return attach(self, _trainer(strategy, device, sync_bn, comm_hook, comm_hook_state, compile, kwargs),
-                  DistributedTrainer, _AGAIN)
+    return attach_trainer(self, _trainer(strategy, device, sync_bn, comm_hook, comm_hook_state, compile, kwargs))
 
-@patch
-def detach_distributed(self:Learner)->Learner:
-    "Undo `to_distributed`: original model, loaders and logging are back; a no-op when not attached"
-    return detach(self, DistributedTrainer)
+def attach_trainer(learn, trainer):
+    """Attach `trainer`, a `DistributedTrainer` (distrib's, FSDP's, or fastai's Learner's in `distrib.fastai`), to
+    loop `learn` and wrap the loop (`attach`): how `to_distributed` distributes a loop. Returns `learn`. Raises
+    `RuntimeError` when `learn` is distributed already, and what `trainer.wrap()` raises (the loop left as it was)."""
+    return attach(learn, trainer, DistributedTrainer, _AGAIN)
+
+def detach_distributed(learn):
+    """Undo `to_distributed`: original model, loaders and logging are back; a no-op when not attached. Returns
+    `learn`. `Learner.detach_distributed`, and fastai's Learner's."""
+    return detach(learn, DistributedTrainer)
+
+patch_to(Learner)(detach_distributed)
 
 # %% ../../nbs/33_strategies.context.ipynb #d94368f8
 @contextmanager
@@ -108,9 +115,8 @@ def _one_process(learn:Learner, device, compile:bool|dict|None)->list:
     opts = compile_options(compile)
     return [] if opts is None or is_compiled(learn.model) else compile_forwards([model], opts)
 
-@patch
 @contextmanager
-def distrib_ctx(self:Learner,
+def distrib_ctx(learn,                  # the loop: distrib's `Learner` (`learn.distrib_ctx`), or fastai's
                 device=None,            # this rank's device; default: its GPU (`rank_device`), else the model's
                 sync_bn:bool|None=None, # BatchNorm -> SyncBatchNorm (CUDA only); None: on CUDA, else not
                 backend:str|None=None,  # process-group backend if the group is created here; default: setup_distrib's
@@ -132,25 +138,28 @@ def distrib_ctx(self:Learner,
     `PeerFailedError` that names the ranks at fault (`explain_failure`). A stall (a rank stuck outside any collective
     while others wait for it) is reported after `DISTRIB_STALL_REPORT` seconds (default: a minute or more); with
     `stall_timeout` (a number > 0, else `ValueError`; default `DISTRIB_STALL_TIMEOUT`, else none) it ends the job
-    after that many seconds of it."""
+    after that many seconds of it. `Learner.distrib_ctx`; fastai's Learner's (`distrib.fastai`) calls it too, with
+    its own arguments on top."""
     _trainer(strategy, device, sync_bn, comm_hook, comm_hook_state, compile, kwargs)
     stalls = stall_timeout_for(stall_timeout)  # its value checked now, the block entered once the group exists
     world = current_world()
     if world.world_size == 1:
-        compiled = _one_process(self, device, compile)
-        try: yield self
+        compiled = _one_process(learn, device, compile)
+        try: yield learn
         finally: restore_forwards(compiled)
         return
     _check_backend(backend)
-    created = setup_distrib(train_device(self.model, device), backend=backend,
+    created = setup_distrib(train_device(learn.model, device), backend=backend,
                             timeout=DEFAULT_TIMEOUT if timeout is None else timeout, world=world)
     with distrib_timeout(None if created else timeout), stalls, _collect_on_exit() as must_go:
-        self.to_distributed(device, sync_bn, comm_hook, comm_hook_state, strategy, compile, **kwargs)
-        must_go.append(weakref.ref(self.model))   # the DDP wrapper (or FSDP's sharded copy): freed on exit
-        try: yield self
+        learn.to_distributed(device, sync_bn, comm_hook, comm_hook_state, strategy, compile, **kwargs)
+        must_go.append(weakref.ref(learn.model))   # the DDP wrapper (or FSDP's sharded copy): freed on exit
+        try: yield learn
         except BaseException as e:
             remember_position(e)  # before detaching: the loop's position is still known
             err = explain_failure(e, group_timeout())
             if err is not e: raise err from e
             raise
-        finally: self.detach_distributed()
+        finally: learn.detach_distributed()
+
+patch_to(Learner)(distrib_ctx)   # `learn.distrib_ctx(...)`

@@ -8,13 +8,13 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from torch.nn.parallel.parallel_apply import parallel_apply
-from fastcore.basics import patch
+from fastcore.basics import patch_to
 from ..model import move_model
 from ..callback.core import Callback
 from ..learner import Learner
 
 # %% auto #0
-__all__ = ['ParallelModule', 'ParallelTrainer', 'attach', 'detach']
+__all__ = ['ParallelModule', 'ParallelTrainer', 'attach', 'detach', 'to_parallel', 'detach_parallel', 'parallel_ctx']
 
 # %% ../../nbs/31_strategies.dp.ipynb #602eb12e
 class _Autocast:
@@ -83,22 +83,24 @@ def detach(learn, kind:type):
         learn.remove_cb(cb)
     return learn
 
-@patch
-def to_parallel(self:Learner, device_ids:list|None=None)->Learner:
-    """Train with `nn.DataParallel` over `device_ids` (default: all GPUs) until `detach_parallel`; `RuntimeError` if
-    already attached"""
-    return attach(self, ParallelTrainer(device_ids), ParallelTrainer,
+def to_parallel(learn, device_ids:list|None=None, trainer:type=ParallelTrainer):
+    """Train loop `learn` with `nn.DataParallel` over `device_ids` (default: all GPUs) until `detach_parallel`, with
+    a `trainer` (`ParallelTrainer` or a subclass: fastai's Learner has its own, `distrib.fastai`) attached. Returns
+    `learn`; raises `RuntimeError` if a `ParallelTrainer` is attached already. `Learner.to_parallel`."""
+    return attach(learn, trainer(device_ids), ParallelTrainer,
                   "This Learner already has a ParallelTrainer: call detach_parallel() first")
 
-@patch
-def detach_parallel(self:Learner)->Learner:
-    "Undo `to_parallel`: the original model is back in `learn.model`; a no-op when not attached"
-    return detach(self, ParallelTrainer)
+def detach_parallel(learn):
+    """Undo `to_parallel`: the original model is back in `learn.model`; a no-op when not attached. Returns `learn`.
+    `Learner.detach_parallel`, and fastai's."""
+    return detach(learn, ParallelTrainer)
 
-@patch
 @contextmanager
-def parallel_ctx(self:Learner, device_ids:list|None=None):
-    "Context manager: `to_parallel(device_ids)` on entry, `detach_parallel()` on exit, also when the body raises"
-    self.to_parallel(device_ids)
-    try: yield self
-    finally: self.detach_parallel()
+def parallel_ctx(learn, device_ids:list|None=None):
+    """Context manager: `learn.to_parallel(device_ids)` on entry, `learn.detach_parallel()` on exit, also when the
+    body raises. `Learner.parallel_ctx`, and fastai's."""
+    learn.to_parallel(device_ids)
+    try: yield learn
+    finally: learn.detach_parallel()
+
+for _f in (to_parallel, detach_parallel, parallel_ctx): patch_to(Learner)(_f)   # Learner's methods

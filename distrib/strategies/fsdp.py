@@ -8,7 +8,7 @@ import sys, copy, itertools, warnings
 import torch
 import torch.distributed as dist
 from torch import nn
-from ..runtime.collectives import comm_device
+from ..runtime.collectives import comm_device, probe_shard_collectives
 from ..runtime.group import group_backend
 from ..model import model_device, move_model
 from ..state import set_full_model_state, set_full_opt_state, sharding_types
@@ -54,28 +54,21 @@ def _sum_then_divide(units:list):
 # %% ../../nbs/37_strategies.fsdp.ipynb #f5a1c0df
 def _check_collectives(device:torch.device)->bool:
     """RuntimeError when the default group's backend cannot reduce-scatter or all-gather `device` tensors, FSDP's two
-    collectives (one tiny probe of each, on every rank), or when FSDP2 cannot run on CPU here (torch < 2.7). Returns
-    whether its reduce-scatter averages (`ReduceOp.AVG`, which FSDP2 uses for float32 and bfloat16 gradients): torch
-    2.8's gloo sums instead, silently, which would make every gradient `world_size` times too large"""
+    collectives (one tiny probe of each, on every rank: `probe_shard_collectives`), or when FSDP2 cannot run on CPU
+    here (torch < 2.7).
+    Returns whether its reduce-scatter averages (`ReduceOp.AVG`, which FSDP2 uses for float32 and bfloat16
+    gradients): torch 2.8's gloo sums instead, silently, which would make every gradient `world_size` times too
+    large"""
     if device.type == 'cpu' and not hasattr(torch.cpu.Stream, 'record_event'):  # FSDP2's all-gather records events
         raise RuntimeError(f"strategy='fsdp' on CPU needs torch >= 2.7 (FSDP2's all-gather records events on CPU "
                            f"streams, torch.cpu.Stream.record_event), and this is torch {torch.__version__}: upgrade "
                            "torch, train on GPUs, or use strategy='ddp'")
-    ws = dist.get_world_size()
-    reduce_scatter = getattr(dist, 'reduce_scatter_single', None) or dist.reduce_scatter_tensor  # torch < 2.13 names
-    all_gather = getattr(dist, 'all_gather_single', None) or dist.all_gather_into_tensor
-    try:
-        reduce_scatter(torch.empty(1, device=device), torch.ones(ws, device=device))
-        all_gather(torch.empty(ws, device=device), torch.ones(1, device=device))
+    try: return probe_shard_collectives(device)
     except (RuntimeError, NotImplementedError, ValueError) as e:
         raise RuntimeError(f"strategy='fsdp' needs reduce_scatter and all_gather, and the process group's backend "
                            f"{dist.get_backend()!r} does not run them on {device.type} tensors ({type(e).__name__}: "
                            f"{str(e).splitlines()[0] if str(e) else ''}). Use a backend that has them (nccl on "
                            "GPUs, gloo on CPU), or strategy='ddp'") from e
-    out = torch.zeros(1, device=device)
-    try: reduce_scatter(out, torch.full((ws,), float(dist.get_rank() + 1), device=device), op=dist.ReduceOp.AVG)
-    except (RuntimeError, NotImplementedError, ValueError): return False  # no AVG here: FSDP2 must sum, then divide
-    return abs(out.item() - (ws + 1) / 2) < 1e-6  # the mean of 1..ws
 
 # %% ../../nbs/37_strategies.fsdp.ipynb #cbee9e8e
 def _has_forward(m:nn.Module)->bool:

@@ -8,6 +8,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from distrib import (Learner, DataLoaders, Callback, GradientAccumulation, MixedPrecision, shard_idxs, rank_distrib,
                      DistributedDL, num_distrib, setup_distrib, teardown_distrib, gather_object)
+from _common import check, rel
 
 N, BS, EPOCHS, LR = 48, 3, 2, 0.1   # per-rank micro-batches of 3: 6 samples per micro-batch over the 2 ranks
 N_MICRO = N//(BS*2)*EPOCHS          # 16 micro-batches in the fit
@@ -65,12 +66,6 @@ def fit(cbs, shuffle=True, **ddp_kwargs):
     assert torch.equal(w0, w1), 'the ranks have different weights'
     return w, learn
 
-def rel_err(w, ref): return ((w - ref).abs().max() / ref.abs().max()).item()
-
-def check(name, cond, figures=''):
-    assert cond, f'{name} failed: {figures}'
-    if rank_distrib() == 0: print(f'CHECK {name} OK {figures}', flush=True)
-
 setup_distrib(timeout=60)
 assert num_distrib() == 2
 ref = reference(12)
@@ -81,7 +76,7 @@ for strategy, per_batch in expected.items():
     cnt = CountAllReduce()
     w, learn = fit([GradientAccumulation(12, strategy), cnt])
     close = torch.allclose(w, ref, rtol=1e-5, atol=1e-6)
-    check(f'{strategy}_weights', close, f'max_rel_err={rel_err(w, ref):.2e}')
+    check(f'{strategy}_weights', close, f'max_rel_err={rel(w, ref):.2e}')
     check(f'{strategy}_allreduces', cnt.per_batch == per_batch and cnt.steps == N_MICRO//2,
           f'allreduces={sum(cnt.per_batch)} steps={cnt.steps} per_batch={cnt.per_batch}')
 
@@ -106,7 +101,7 @@ check('static_graph_refuses_no_sync', '143580' in msg and 'multi_auto_sync' in m
 
 # n_acc=10 is reached after 12 samples: the step uses their mean, as batches of 12
 w, learn = fit([GradientAccumulation(10)])
-check('overshoot_mean', torch.allclose(w, ref, rtol=1e-5, atol=1e-6), f'max_rel_err={rel_err(w, ref):.2e}')
+check('overshoot_mean', torch.allclose(w, ref, rtol=1e-5, atol=1e-6), f'max_rel_err={rel(w, ref):.2e}')
 
 # mixed precision under DDP: bf16 without accumulation (steps of 6), bf16 and fp16+GradScaler with accumulation.
 # How far bf16 and fp16 drift from fp32 in this small fit (lr 0.1, momentum 0.9) depends on the order of the samples
@@ -115,15 +110,15 @@ check('overshoot_mean', torch.allclose(w, ref, rtol=1e-5, atol=1e-6), f'max_rel_
 RP = 'randperm'
 ref6, ref = reference(6, RP), reference(12, RP)
 w, learn = fit([MixedPrecision()], shuffle=RP)
-check('bf16_ddp', learn.mixed_precision.autocast_dtype == torch.bfloat16 and rel_err(w, ref6) < 0.05,
-      f'max_rel_err_vs_fp32={rel_err(w, ref6):.2e}')
+check('bf16_ddp', learn.mixed_precision.autocast_dtype == torch.bfloat16 and rel(w, ref6) < 0.05,
+      f'max_rel_err_vs_fp32={rel(w, ref6):.2e}')
 w, learn = fit([GradientAccumulation(12), MixedPrecision('bf16')], shuffle=RP)
-check('bf16_ddp_accumulate', rel_err(w, ref) < 0.05, f'max_rel_err_vs_fp32={rel_err(w, ref):.2e}')
+check('bf16_ddp_accumulate', rel(w, ref) < 0.05, f'max_rel_err_vs_fp32={rel(w, ref):.2e}')
 for strategy in expected:
     w, learn = fit([GradientAccumulation(12, strategy), MixedPrecision('fp16', init_scale=2.**4, growth_interval=1)],
                    shuffle=RP)
     scale = learn.mixed_precision.scaler.get_scale()
-    check(f'fp16_scaler_ddp_{strategy}', scale == 2.**(4 + N_MICRO//2) and rel_err(w, ref) < 0.01,
-          f'scale=2**{int(torch.tensor(scale).log2())} max_rel_err_vs_fp32={rel_err(w, ref):.2e}')
+    check(f'fp16_scaler_ddp_{strategy}', scale == 2.**(4 + N_MICRO//2) and rel(w, ref) < 0.01,
+          f'scale=2**{int(torch.tensor(scale).log2())} max_rel_err_vs_fp32={rel(w, ref):.2e}')
 teardown_distrib()
 print(f'rank {rank_distrib()} done')

@@ -3,28 +3,19 @@ with the global batch over the same order, computed in the same worker (an indep
 Run: python -m distrib.launch --nproc_per_node W tests/scripts/any_size.py <tmp dir>   (W = 2 or 3)
 Rank 0 prints one 'CHECK <name> OK <figures>' line per check and 'ANYSIZE {json}' with the largest relative
 differences per case (max |a - b| / max |b| over the weights); a violated property raises."""
-import json, sys
+import json
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
-from distrib import (Learner, DataLoaders, Callback, DistributedDL, GradientAccumulation, gather_object,
-                     setup_distrib, teardown_distrib, rank_distrib, num_distrib)
+from distrib import (Learner, DataLoaders, Callback, DistributedDL, GradientAccumulation, setup_distrib, teardown_distrib, rank_distrib, num_distrib)
+from _common import check_all as check, rel
 
 torch.set_num_threads(1)
 setup_distrib(timeout=60)
 W, rank = num_distrib(), rank_distrib()
 B = 8
 res = {'world_size': W}
-
-def check(name, cond, figures=''):
-    oks = gather_object(bool(cond))
-    assert all(oks), f'{name} failed on ranks {[r for r, o in enumerate(oks) if not o]}: {figures}'
-    if rank == 0: print(f'CHECK {name} OK {figures}', flush=True)
-
-def rel(a, b)->float:
-    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
-    return ((a - b).abs().max()/b.abs().max().clamp_min(1e-12)).item()
 
 def data(n, seed, ignored=False):
     g = torch.Generator().manual_seed(seed)

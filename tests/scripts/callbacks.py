@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from distrib import (Learner, DataLoaders, Callback, GradientAccumulation, MixedPrecision, ParamScheduler, SchedLin,
                      TerminateOnNaNCallback, EarlyStoppingCallback, CSVLogger, GradientClip, valley, minimum, steep,
                      rank_distrib, num_distrib, setup_distrib, gather_object)
+from _common import say, check, diff, rel
 
 N, BS, LR = 48, 6, 0.05          # 2 ranks x 6 = global batches of 12; 4 steps an epoch
 SCRATCH = Path(sys.argv[1])
@@ -40,22 +41,9 @@ def ref(fit, cbs=None, bs=2*BS, **kw):
     return learn
 
 def flat(learn): return torch.cat([p.detach().flatten() for p in learn.model.parameters()])
-def f64(a): return torch.as_tensor(a, dtype=torch.float64)
-def diff(a, b):
-    "Largest absolute difference of `a` and `b` (inf when their shapes differ)"
-    a, b = f64(a), f64(b)
-    return (a - b).abs().max().item() if a.shape == b.shape else math.inf
-def rel(a, b): return diff(a, b)/f64(b).abs().max().item()
 def same_on_ranks(o): return all(v == o for v in gather_object(o))
 def vals(learn): return torch.tensor(learn.recorder.values, dtype=torch.float64)
 
-def say(line):
-    "Print `line` in one write, so the ranks' lines, on the same pipe, never interleave within a line"
-    sys.stdout.write(line + '\n'); sys.stdout.flush()
-
-def check(name, cond, figures=''):
-    assert cond, f'{name} failed: {figures}'
-    if rank_distrib() == 0: say(f'CHECK {name} OK {figures}')
 
 def one_cycle(pos, top, div=25., div_final=1e5, pct=0.25):
     "fastai's one-cycle curve from its formula: start + (1 + cos(pi*(1-p)))*(end-start)/2 on each phase"

@@ -11,6 +11,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 from torch._dynamo.utils import counters
 from distrib import Learner, DataLoaders, DistributedModule, setup_distrib, teardown_distrib, rank_distrib
+from _common import check
 
 tmp = Path(sys.argv[1])
 torch.set_num_threads(1)
@@ -18,10 +19,6 @@ setup_distrib(timeout=600)     # two ranks compiling at once on a small CPU mach
 rank = rank_distrib()
 g = torch.Generator().manual_seed(1)
 x, y = torch.randn(32, 4, generator=g), torch.randint(0, 2, (32,), generator=g)
-
-def check(name, cond, figures=''):
-    assert cond, f'rank {rank}: {name} failed: {figures}'
-    if rank == 0: print(f'CHECK {name} OK {figures}', flush=True)
 
 def new_model():
     torch.manual_seed(0)

@@ -8,6 +8,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
 from distrib import (Learner, DataLoaders, Callback, DistributedDL, DistributedModule, rank_distrib, num_distrib,
                      setup_distrib, teardown_distrib)
+from _common import check
 
 torch.manual_seed(0)
 x = torch.randn(64, 16); y = x @ torch.randn(16, 1)
@@ -17,10 +18,6 @@ def learner(model, bs=8):
     learn = Learner(dls, model, nn.functional.mse_loss, opt_func=torch.optim.SGD, lr=0.01)
     learn.progress.enabled = False
     return learn
-
-def check(name, cond, figures=''):
-    assert cond, f'{name} failed: {figures}'
-    if rank_distrib() == 0: print(f'CHECK {name} OK {figures}', flush=True)
 
 setup_distrib(timeout=60)
 

@@ -16,20 +16,13 @@ import distrib
 from distrib import (Learner, DataLoaders, Callback, GradientAccumulation, MixedPrecision, AccumMetric, accuracy,
                      shard_idxs, clip_grad_norm_, local_state_bytes, full_model_state, full_opt_state, gather_object,
                      setup_distrib, teardown_distrib, rank_distrib, num_distrib)
+from _common import check, rel
 
 tmp = Path(sys.argv[1])
 torch.set_num_threads(1)
 setup_distrib(timeout=120)
 W, rank = num_distrib(), rank_distrib()
 N, BS = 24*W, 4            # 6 steps per epoch on every world size
-
-def check(name, cond, figures=''):
-    assert cond, f'rank {rank}: {name} failed: {figures}'
-    if rank == 0: print(f'CHECK {name} OK {figures}', flush=True)
-
-def rel(a, b)->float:
-    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item() if a.numel() else 0.
 
 def data(n, seed):
     g = torch.Generator().manual_seed(seed)

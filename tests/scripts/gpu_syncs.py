@@ -19,10 +19,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import TensorDataset
 from distrib import (Learner, DataLoaders, Callback, DistributedDL, GradientAccumulation, MixedPrecision,
-                     setup_distrib, teardown_distrib, gather_object)
+                     setup_distrib, teardown_distrib)
 import distrib.losses as L
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the counter's module
 from host_syncs import Syncs, StopSyncs  # noqa: E402
+from _common import check, check_all  # noqa: E402
 
 MODE, DEVICE = sys.argv[1], os.environ.get('DISTRIB_TEST_DEVICE', 'cuda')
 CUDA = DEVICE == 'cuda'
@@ -37,10 +38,7 @@ dev = torch.device('cuda', torch.cuda.current_device() if MODE == 'one' else int
       if CUDA else torch.device('cpu')
 if CUDA: torch.cuda.set_device(dev)
 
-def check(name, cond, figures=''):
-    oks = gather_object(bool(cond)) if MODE == 'two' else [bool(cond)]
-    assert all(oks), f'{name} failed on ranks {[r for r, o in enumerate(oks) if not o]}: {figures}'
-    if rank == 0: print(f'CHECK {name} OK {figures}', flush=True)
+if MODE == 'two': check = check_all   # else a group of one: nothing to gather
 
 class Where(Callback):
     "The device each all-reduce of the step's count ran on (`start_sum`'s buffer)"

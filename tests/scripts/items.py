@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from distrib import (Learner, DataLoaders, Callback, CancelFitException, DistributedDL, GradientAccumulation,
                      MixedPrecision, GradientClip, Checkpoint, gather_object, setup_distrib, teardown_distrib,
                      rank_distrib, num_distrib)
+from _common import check_all as check, rel
 
 tmp = Path(sys.argv[1])
 torch.set_num_threads(1)
@@ -26,15 +27,6 @@ B, MB = 8, 4                   # per rank: a batch, and an accumulated micro-bat
 G, NACC = W*B, 2*W*MB          # the global batch, and the samples of an accumulated step (16 and 16 for W = 2)
 N = {2: 64, 3: 72}[W]          # sequences: whole global batches and windows
 res = {'world_size': W}
-
-def check(name, cond, figures=''):
-    oks = gather_object(bool(cond))
-    assert all(oks), f'{name} failed on ranks {[r for r, o in enumerate(oks) if not o]}: {figures}'
-    if rank == 0: print(f'CHECK {name} OK {figures}', flush=True)
-
-def rel(a, b)->float:
-    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
-    return ((a - b).abs().max()/b.abs().max().clamp_min(1e-12)).item()
 
 def seqs(n, seed):
     "Tokens x, targets (2x + 1) mod V on the first 1..12 positions, -100 after"

@@ -3,13 +3,14 @@ rank 0 only, and the experiment trackers (W&B offline, MLflow's file store): one
 epoch, continued by a restart that resumes from a Checkpoint (a new Learner with new callbacks in the same
 processes, reading the checkpoint as a restarted job does). Rank 0 prints one 'CHECK <name> OK <figures>' line per
 check. Usage: trackers.py <scratch dir shared by the ranks>"""
-import math, os, sys, time
+import os, sys, time
 from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from distrib import (Learner, DataLoaders, Checkpoint, WandbCallback, MLflowCallback, offline_history, accuracy,
                      rank_distrib, num_distrib, setup_distrib, gather_object, distrib_barrier)
+from _common import check, diff
 
 N, BS, LR = 48, 6, 0.05          # 2 ranks x 6 = global batches of 12; 4 steps an epoch
 SCRATCH = Path(sys.argv[1])
@@ -27,13 +28,6 @@ def new_learner(bs, cbs=None, independent=False, path='.'):
     learn.progress.enabled = False
     return learn
 
-def say(line): sys.stdout.write(line + '\n'); sys.stdout.flush()
-def check(name, cond, figures=''):
-    assert cond, f'{name} failed: {figures}'
-    if rank_distrib() == 0: say(f'CHECK {name} OK {figures}')
-def diff(a, b):
-    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
-    return (a - b).abs().max().item() if a.shape == b.shape else math.inf
 
 setup_distrib(timeout=60)
 assert num_distrib() == 2
