@@ -126,6 +126,13 @@ def _nbdev_all(lines:list)->set:
         if l == '# %% auto #0' and i + 1 < len(lines) and lines[i + 1].startswith('__all__ = '): out.add(i + 2)
     return out
 
+def test_modules_are_small():
+    """One concern per module: no module of distrib over 800 lines, none of `distrib.fastai` over 400 (nbdev's
+    generated index `_modidx.py` aside: it lists every name and is no module of code)"""
+    big = [f"{p.relative_to(PKG.parent)}: {n} lines (at most {lim})" for p in modules()
+           for n, lim in [(len(p.read_text().splitlines()), 400 if p.parent.name == 'fastai' else 800)] if n > lim]
+    assert not big, "split these modules by concern:\n" + "\n".join(big)
+
 def test_lines_at_most_120():
     "Lines of distrib/ (nbdev's `__all__` aside) and of the notebooks' code cells are at most 120 characters"
     bad = []
