@@ -7,18 +7,18 @@ or `resume+stop` (in that order in the same processes); the test chains 2 (stop)
 Every case trains 3 epochs of SGD with momentum, a global batch of 24 (24 // W per rank), on `n` samples:
 - `stop`: trains with `Checkpoint(every_n_steps=at)` in DIR/<case>-from<W> and stops the fit (`CancelFitException`)
   after the checkpoint of step `at`, in the middle of epoch 1.
-- `resume`: for each DIR/<case>-from<W0>, W0 != W, the same fit on this W resumes from a copy of it (its own
-  checkpoints go there); then each rank trains one
-  process (an independent Learner, global batch 24, the same order) uninterrupted. Rank 0 prints
-  `CHECK resume_<case>_<W0>to<W> OK <figures>` when: the log line says where it resumed (the global batch kept),
-  every global step after the resume read the reference's items (each remaining item of the epoch once), the weights
-  are within 1e-5 (relative: max |a - b| / max |b|) and the recorded losses within 1e-6 (relative); and
+- `resume`: for each DIR/<case>-from<W0>, W0 != W, the same fit on this W resumes from a copy of its checkpoint (its
+  own checkpoints go there too); then each rank trains one process (an independent Learner, global batch 24, the
+  same order) uninterrupted. Rank 0 prints `CHECK resume_<case>_<W0>to<W> OK <figures>` when: the log line says where
+  it resumed, every global step after the resume read the reference's items (each remaining item of the epoch once),
+  the weights are within 1e-5 (relative: max |a - b| / max |b|) and the recorded losses within 1e-6 (relative); and
   `RESUME {json}`: the weights' differences by case.
 Cases: nn.CrossEntropyLoss(), a batch-mean loss, a loss over items whose counts differ (ignore_index targets: ItemMean),
 GradientAccumulation (with and without ignored targets), a resume right before the epoch's last (uneven) step, 37
-samples (24 + 13), 50 (24 + 24 + 2: one rank of 3 empty in the last step), and `batch_change`: 8 per rank on both
-worlds with `Checkpoint(allow_batch_change=True)`, against one process reading the same batches (24 or 16 samples up
-to the checkpoint's position, 480 samples into epoch 1, then the new global batch)."""
+samples (24 + 13), 50 (24 + 24 + 2: one rank of 3 empty in the last step), and two batch changes: 8 per rank on both
+worlds with `Checkpoint(allow_batch_change=True)`, against one process reading the same batches (8 x W0 samples up
+to the checkpoint's position in epoch 1, then 8 x W), one at a position both worlds divide, one at 496 samples (31
+batches of 16), which 3 ranks do not divide."""
 import json, shutil, sys
 from functools import partial
 from pathlib import Path
@@ -34,14 +34,18 @@ steps, tmp = sys.argv[1].split('+'), Path(sys.argv[2])
 torch.set_num_threads(1)
 setup_distrib(timeout=60)
 W, rank = num_distrib(), rank_distrib()
-G, EPOCHS, DONE = 24, 3, 480   # global batch, epochs, samples of epoch 1 read before a batch_change checkpoint
+G, EPOCHS = 24, 3   # global batch, epochs
 CE, MEAN = nn.CrossEntropyLoss(), (lambda p, y: F.cross_entropy(p, y))
 # case: (n, loss, ignored targets, micro-batches per GradientAccumulation window (0: none), the checkpoint's step)
 CASES = {'ce_1001': (1001, CE, False, 0, 42 + 20), 'mean_1001': (1001, MEAN, False, 0, 42 + 20),
          'items_1001': (1001, CE, True, 0, 42 + 20), 'before_last_1001': (1001, CE, False, 0, 42 + 41),
          'accumulate': (1001, CE, False, 2, 21 + 10), 'accumulate_items': (1001, CE, True, 2, 21 + 10),
          'tiny_37': (37, CE, False, 0, 2 + 1), 'empty_rank_50': (50, CE, False, 0, 3 + 1),
-         'batch_change': (1001, CE, False, 0, None)}
+         'batch_change': (1001, CE, False, 0, None), 'batch_change_uneven': (1001, CE, False, 0, None)}
+# a batch change: the batches of epoch 1 (of 8 x W0 samples) before the checkpoint of the world of W0 = 2 or 3; 31 x 16
+# = 496 samples, which 3 ranks do not divide: 3 ranks start at item 496 of the epoch, rank 1 at its 165th
+CHANGE = {'batch_change': {2: 30, 3: 20}, 'batch_change_uneven': {2: 31, 3: 21}}
+def done(case, w0)->int: return CHANGE[case][w0]*8*w0   # the samples of epoch 1 read before the checkpoint
 res = {}
 
 def check(name, cond, figures=''):
@@ -85,13 +89,13 @@ def by_step(parts)->dict:
     return {k: sorted(v) for k, v in out.items()}
 
 class Batches:
-    """The batch sampler of one process reading what `batch_change` reads: the epoch's order (`shard_idxs` of one
-    rank) in batches of `g0`, but in epoch 1, from sample DONE on, and in later epochs, batches of `g1`"""
-    def __init__(self, n, g0, g1): self.n, self.g0, self.g1, self.epoch = n, g0, g1, 0
+    """The batch sampler of one process reading what a batch change reads: the epoch's order (`shard_idxs` of one
+    rank) in batches of `g0`, but in epoch 1, from sample `done` on, and in later epochs, batches of `g1`"""
+    def __init__(self, n, g0, g1, done): self.n, self.g0, self.g1, self.done, self.epoch = n, g0, g1, done, 0
     def _sizes(self):
         if self.epoch == 0: return [self.g0]*(-(-self.n // self.g0))
-        head = [self.g0]*(DONE // self.g0) if self.epoch == 1 else []
-        rest = self.n - (DONE if self.epoch == 1 else 0)
+        head = [self.g0]*(self.done // self.g0) if self.epoch == 1 else []
+        rest = self.n - (self.done if self.epoch == 1 else 0)
         return head + [self.g1]*(-(-rest // self.g1))
     def __iter__(self):
         order, i = shard_idxs(self.n, 0, 1, shuffle=True, epoch=self.epoch, pad=False).tolist(), 0
@@ -111,12 +115,11 @@ def learner(case, bs, cbs=(), train=None, **kw):
     learn.progress.enabled = False
     return learn
 
-def per_rank(case, world)->int: return 8 if case == 'batch_change' else G // world
+def per_rank(case, world)->int: return 8 if case in CHANGE else G // world
 def at(case, world)->int:
-    "The checkpoint's step: batch_change's is DONE samples into epoch 1, with its global batch of 8 x `world`"
-    if CASES[case][4] is not None: return CASES[case][4]
-    g = 8*world
-    return -(-CASES[case][0] // g) + DONE // g
+    "The checkpoint's step: a batch change's, after `CHANGE[case][world]` batches of epoch 1 of 8 x `world` samples"
+    if case not in CHANGE: return CASES[case][4]
+    return -(-CASES[case][0] // (8*world)) + CHANGE[case][world]
 
 class Stop(Callback):
     "Stop the fit on every rank once the checkpoint of step `step` is written"
@@ -132,17 +135,17 @@ def stop(case):
     check(f'stop_{case}_{W}', learn.epoch == 1 and ck.n_steps == at(case, W))
 
 def reference(case, w0):
-    "One process, uninterrupted: the global batch of 24 (batch_change: 8 x w0, then 8 x W from DONE in epoch 1)"
+    "One process, uninterrupted: the global batch of 24 (a batch change: 8 x w0, then 8 x W from `done` in epoch 1)"
     n, _, ignored, _, _ = CASES[case]
     ds = TensorDataset(*data(n, ignored))
-    if case == 'batch_change': train = DataLoader(ds, batch_sampler=Batches(n, 8*w0, 8*W))
+    if case in CHANGE: train = DataLoader(ds, batch_sampler=Batches(n, 8*w0, 8*W, done(case, w0)))
     else: train = DistributedDL(ds, batch_size=G, shuffle=True, rank=0, world_size=1)
     one = learner(case, G, train=train, independent=True)
     one.fit(EPOCHS)
     return one
 
 def resume(case, w0):
-    d, change = tmp/f'{case}-from{w0}', case == 'batch_change'
+    d, change = tmp/f'{case}-from{w0}', case in CHANGE
     if rank == 0: shutil.copytree(d/'ck', d/f'ck-on{W}')   # the resumed fit writes its own checkpoints there
     gather_object(None)   # every rank waits for the copy
     learn, lines = learner(case, per_rank(case, W), path=d), []
@@ -155,10 +158,11 @@ def resume(case, w0):
     g0 = 8*w0 if change else G
     # every step after the resume read the reference's items: the rest of epoch 1 and the later epochs, each once (the
     # reference numbers the batches of a batch_change epoch from its first, of g0 samples)
-    rest = [v for k, v in sorted(ref.items()) if k >= (1, DONE // g0 if change else b)]
+    rest = [v for k, v in sorted(ref.items()) if k >= (1, CHANGE[case][w0] if change else b)]
     same = e == 1 and b > 0 and [v for _, v in sorted(got.items())] == rest
     procs = lambda w: f"{w} process" + ('es' if w > 1 else '')
-    kept = f"global batch {8*W} (was {g0}), from sample {DONE} of the epoch" if change else f"global batch {G} kept"
+    kept = (f"global batch {8*W} (was {g0}), from sample {done(case, w0)} of the epoch" if change else
+            f"global batch {G} kept")
     logged = bool(lines) and lines[0].endswith(f"written by {procs(w0)}), now on {procs(W)}, {kept}")
     dw = max(rel(p.detach(), q.detach()) for p, q in zip(learn.model.parameters(), one.model.parameters()))
     dl = max(abs(u - v)/abs(v) for a, b in zip(learn.recorder.values, one.recorder.values) for u, v in zip(a[:2], b[:2]))
