@@ -43,7 +43,7 @@ def resumed(tmp_path_factory):
         assert r.returncode == 0, texts[-1]
     return '\n'.join(texts)
 
-@pytest.mark.slow   # three launched jobs, about 2 minutes on 2 cores
+@pytest.mark.slow   # three launched jobs: about 30 s on 2 idle cores
 @pytest.mark.parametrize('way', ['2to3', '3to2'])
 @pytest.mark.parametrize('case', RESUME_CASES)
 def test_resume_other_world(resumed, case, way):

@@ -155,11 +155,11 @@ def resume(case, w0):
     got, one = by_step(gather_object(learn.samples.mine)), reference(case, w0)
     ref = by_step([one.samples.mine])
     e, b = min(got)
-    g0 = 8*w0 if change else G
-    # every step after the resume read the reference's items: the rest of epoch 1 and the later epochs, each once (the
-    # reference numbers the batches of a batch_change epoch from its first, of g0 samples)
-    rest = [v for k, v in sorted(ref.items()) if k >= (1, CHANGE[case][w0] if change else b)]
-    same = e == 1 and b > 0 and [v for _, v in sorted(got.items())] == rest
+    g0, at_b = 8*w0 if change else G, torch.load(d/'ck'/f'step-{at(case, w0)}.pth')['batch']   # the checkpoint's batch
+    # every step after the resume read the reference's steps after the checkpoint's batch: the rest of epoch 1 and the
+    # later epochs, each item once (a batch change numbers the rest of epoch 1 from another batch: its items count)
+    rest = [v for k, v in sorted(ref.items()) if k >= (1, at_b)]
+    same = e == 1 and b > 0 and (change or b == at_b) and [v for _, v in sorted(got.items())] == rest
     procs = lambda w: f"{w} process" + ('es' if w > 1 else '')
     kept = (f"global batch {8*W} (was {g0}), from sample {done(case, w0)} of the epoch" if change else
             f"global batch {G} kept")
@@ -168,8 +168,8 @@ def resume(case, w0):
     dl = max(abs(u - v)/abs(v) for a, b in zip(learn.recorder.values, one.recorder.values) for u, v in zip(a[:2], b[:2]))
     res[f'{case}_{w0}to{W}'] = dw
     check(f'resume_{case}_{w0}to{W}', same and (rank != 0 or logged) and len(learn.recorder.values) == EPOCHS
-          and dw <= 1e-5 and dl <= 1e-6,
-          f'weights {dw:.2e} losses {dl:.2e} resumed at (epoch {e}, batch {b}) samples {same} log {lines[:1]}')
+          and dw <= 1e-5 and dl <= 1e-6, f'weights {dw:.2e} losses {dl:.2e} resumed at (epoch {e}, batch {b}), the '
+          f'checkpoint after batch {at_b}: samples {same} log {lines[:1]}')
 
 for step in steps:
     if step == 'stop':
