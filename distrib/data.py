@@ -274,12 +274,13 @@ class DistributedDL:
 
     `start_batch` (default 0): set it to `k` and the next iteration starts at batch `k` of the epoch's order, without
     loading the batches before it, then it is 0 again (a resumed run); `start_at(m)`: after the first `m` samples of
-    this rank's shard. Iterating never draws from torch's global generator: worker processes are seeded from
+    this rank's shard; `start_at_item(p)`: in the global layout, at item `p` of the epoch's order (a resume with
+    another global batch). Iterating never draws from torch's global generator: worker processes are seeded from
     `(seed, epoch, rank)` unless a `generator` is passed.
 
     Raises `ValueError` for a rank outside [0, world_size), a `batch_size` < 1, a `shuffle` other than False, True
-    and 'randperm', a dataset of more than 2^62 samples or an iterable-style dataset, and
-    when an iteration starts with `start_batch` outside [0, len(self)] or `start_at` outside [0, n_shard].
+    and 'randperm', a dataset of more than 2^62 samples or an iterable-style dataset, and when an iteration starts
+    with `start_batch` outside [0, len(self)], `start_at` outside [0, n_shard] or `start_at_item` outside [0, n].
 
     .. warning:: call `set_epoch(epoch)` before each epoch, or every epoch uses the same order
        (`DistributedTrainer` does it for you).
@@ -307,9 +308,9 @@ class DistributedDL:
         _check_world(self.rank, self.world_size)
         _check_shuffle(shuffle)
         self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, seed
-        self.pad, self.drop_last, self.epoch, self._start = pad, drop_last, 0, 0
+        self.pad, self.drop_last, self.epoch, self._start, self._first = pad, drop_last, 0, 0, 0
         self.even, self.batch_rows = equal and not pad, None   # even: every rank the global layout's batches
-        self._next = ('batch', 0)   # where the next iteration starts: ('batch', k) or ('sample', m)
+        self._next = ('batch', 0)   # where the next iteration starts: ('batch', k), ('sample', m) or ('item', p)
         self.n, self._own_generator = len(dataset), kwargs.get('generator') is None
         if self.n > _MAX_N: raise ValueError(f"DistributedDL shards up to 2**62 samples, and the dataset has {self.n}")
         self._kwargs = dict(kwargs)   # the DataLoader's options, for `resharded`
@@ -365,8 +366,8 @@ class DistributedDL:
         kind, v = self._next
         if kind == 'batch': return v
         # the batches left: of this rank's shard, or, in the global layout, of the global batches left (every rank's)
-        rest, B = (max(self.n - v*self.world_size, 0), self.world_size*self.batch_size) if self.even else (
-            max(self.n_shard - v, 0), self.batch_size)
+        if not self.even: rest, B = max(self.n_shard - v, 0), self.batch_size
+        else: rest, B = max(self.n - (v if kind == 'item' else v*self.world_size), 0), self.world_size*self.batch_size
         return len(self) - (rest // B if self.drop_last else math.ceil(rest / B))
     @start_batch.setter
     def start_batch(self, k:int): self._next = ('batch', k)
@@ -374,6 +375,16 @@ class DistributedDL:
     def start_at(self, m:int):
         "Start the next iteration after the first `m` samples of this rank's shard (0 <= m <= n_shard, checked then)"
         self._next = ('sample', m)
+
+    def start_at_item(self, p:int):
+        """Start the next iteration at item `p` of the epoch's order (0 <= p <= n, checked then), in the global layout
+        (`equal` without `pad`): its batch `k` holds the items `p + k*G ... p + (k+1)*G - 1` over the ranks (`G` the
+        global batch), as one process's from item `p`; each rank starts at its first item at or after `p`. Raises
+        `ValueError` with `pad` or `equal=False`, whose batches are each rank's own, not the global order's"""
+        if not self.even:
+            raise ValueError("start_at_item starts the global layout's batches at an item of the epoch's order; this "
+                             "loader's batches are each rank's own (pad=True or equal=False): use start_at")
+        self._next = ('item', p)
 
     def _worker_seed(self)->int:
         "Seed of the generator that seeds this iteration's worker processes: 63 bits of SHA-256 of seed, epoch, rank"
@@ -386,8 +397,14 @@ class DistributedDL:
             raise ValueError(f"Invalid start_batch {v!r}: this rank has {len(self)} batches per epoch")
         if kind == 'sample' and not (isinstance(v, int) and 0 <= v <= self.n_shard):
             raise ValueError(f"Invalid start_at({v!r}): this rank has {self.n_shard} samples per epoch")
+        if kind == 'item' and not (isinstance(v, int) and 0 <= v <= self.n):
+            raise ValueError(f"Invalid start_at_item({v!r}): the epoch has {self.n} items")
         n_steps = len(self) - self.start_batch
-        self._start, self._next, self.batch_rows = (v*self.batch_size if kind == 'batch' else v), ('batch', 0), None
+        # the first position in this rank's shard, and the first item of the epoch's order, of the iteration
+        self._start = (v*self.batch_size if kind == 'batch' else len(range(self.rank, v, self.world_size))
+                       if kind == 'item' else v)
+        self._first = v if kind == 'item' else self._start*self.world_size
+        self._next, self.batch_rows = ('batch', 0), None
         dl = self.dl if self._batch_dl is None else self._batch_dl
         # torch draws the workers' base seed from `dl.generator` (torch's global generator when None) at each
         # iteration: a generator of our own keeps the global one untouched, so a resumed run's draws continue exactly
@@ -399,11 +416,11 @@ class DistributedDL:
         of a step is empty, an empty batch; `batch_rows` is set before each is yielded"""
         B, W, last = self.batch_size, self.world_size, None
         for j in range(n_steps):
-            s = self._start + j*B            # this step's first position in the shard: global position s*W
-            total = min(W*B, self.n - s*W)   # the step's samples over all ranks
-            mine = len(range(self.rank, total, W))
+            p = self._first + j*W*B          # this step's first item in the epoch's order
+            total = min(W*B, self.n - p)     # the step's samples over all ranks
+            mine = len(range((self.rank - p) % W, total, W))   # this rank's: the items p + i, i = rank - p mod W
             if mine: last = next(it)
-            else: last = _no_rows(last if last is not None else self._one_sample(s*W))
+            else: last = _no_rows(last if last is not None else self._one_sample(p))
             self.batch_rows = (mine, total)
             yield last
 

@@ -95,12 +95,14 @@ class ResumeError(ValueError):
     restartable = False
 
 def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batch:int, n_epoch:int,
-                     allow_batch_change:bool=False, n_samples:int|None=None, shuffle:bool=False)->dict:
+                     allow_batch_change:bool=False, n_samples:int|None=None, shuffle:bool=False,
+                     items:bool=False)->dict:
     """Decide how checkpoint `ck` (read from `file`) resumes a fit of `n_epoch` epochs of `n_iter` batches per rank
     on `world_size` processes whose global batch (per-rank batch x `world_size`) is `global_batch`, over a training
-    set of `n_samples`. Returns a dict: `note` (a warning, or None), `start` (None at an epoch's end; ('batch', k):
-    start the resumed epoch at batch k; ('sample', m): after the first m samples of each rank's shard), `log` (the
-    line that says where the run resumed).
+    set of `n_samples`; `items`: the training loader starts at any item of the epoch's order (`start_at_item`, the
+    global layout of `DistributedDL`). Returns a dict: `note` (a warning, or None), `start` (None at an epoch's end;
+    ('batch', k): start the resumed epoch at batch k; ('item', p): at item p of the epoch's order; ('sample', m):
+    after the first m samples of each rank's shard), `log` (the line that says where the run resumed).
 
     Raises `ResumeError` (a `ValueError`), naming the checkpoint and what to change, for a file that is not a
     `Checkpoint`'s, for a global batch that differs from the checkpoint's unless `allow_batch_change` (with the
@@ -142,10 +144,9 @@ def _check_resumable(ck:dict, file:Path, world_size:int, n_iter:int, global_batc
                               f"epochs have {n_iter} with the same global batch: another data set? Resume with the "
                               f"data that wrote it, or move {file.name} out of {file.parent}")
         start = ('batch', b)
-    elif b:   # allow_batch_change: the same sample position, rounded down to a multiple of the world size
+    elif b:   # allow_batch_change: the same item of the epoch, or rounded down to a multiple of the world size
         done = b * G
-        start = ('sample', done // W2)
-        again = done % W2
+        start, again = (('item', done), 0) if items else (('sample', done // W2), done % W2)
         log += f", from sample {done - again} of the epoch"
         notes.append(f"the global batch was {G} and is now {global_batch}: the resumed epoch starts after "
                      f"{done - again} of its samples" + (f" ({again} read again)" if again else "") +
@@ -203,7 +204,9 @@ class Checkpoint(Callback):
             sbatch, e.g. `USR1@120`) is complete, rank 0 requeues the job (`scontrol requeue`), which resumes from
             it. Default False.
         allow_batch_change (bool): resume a checkpoint written with another global batch (per-rank batch x world
-            size), at the same sample position, with a warning; False (default) raises `ValueError` instead.
+            size), at the same sample position, with a warning; False (default) raises `ValueError` instead. A
+            `DistributedDL` (the global layout) starts at that very item, whatever the world size; another loader
+            at the multiple of the world size below it (the items between are read again).
 
     Whole checkpoints are files `<path>/step-<N>.pth`, `N` the optimizer steps so far, written on rank 0 atomically
     (`save_file`); sharded ones are directories `<path>/step-<N>` where every rank writes its shards and rank 0 the
@@ -312,9 +315,10 @@ class Checkpoint(Callback):
         sharded = file.suffix != '.pth'
         ck = _read_sharded(file) if sharded else self._read(file)
         dl = learn.dls.train
+        items = getattr(dl, 'even', False) and callable(getattr(dl, 'start_at_item', None))   # starts at any item
         plan = _check_resumable(ck, file, self.world_size, batches_per_epoch(dl), dl.batch_size*self.world_size,
                                 learn.n_epoch, self.allow_batch_change, getattr(dl, 'n', None),
-                                getattr(dl, 'shuffle', False))
+                                getattr(dl, 'shuffle', False), items)
         if plan['start'] and plan['start'][0] == 'sample' and not callable(getattr(dl, 'start_at', None)):
             raise ResumeError(f"{file} was written in the middle of an epoch with a global batch of "
                               f"{ck['global_batch']}, and this run's is {dl.batch_size*self.world_size}: an "
@@ -359,6 +363,7 @@ class Checkpoint(Callback):
         ck, self._pending = self._pending, None
         kind, v = self._start
         if kind == 'batch': self.learn.dl.start_batch = v
+        elif kind == 'item': self.learn.dl.start_at_item(v)
         else: self.learn.dl.start_at(v)
         self._restore(ck)
 
