@@ -123,13 +123,19 @@ def test_two_losses(tmp_path):
     assert diff <= 1e-5, diff
     print(f"\nSURVIVORS two losses: weights {diff:.1e} from one process")
 
-def test_loss_in_checkpoint_save_refused(tmp_path):
-    """Rank 2 lost at the end of epoch 1, before the Checkpoint written there: the survivors' gather of the
-    checkpoint fails outside a training batch or a validation pass; refused in one line naming the rank, its
-    cause and where"""
-    r, text = _job(tmp_path, SURVIVORS_KILLS='2:1:0:epoch', SURVIVORS_CHECKPOINT='1')
+def test_loss_at_pass_end_refused(tmp_path):
+    """Rank 2 lost at the end of epoch 1's training pass: the survivors' all-reduce of the pass's losses (the
+    Recorder's `after_train`) fails outside a training batch or a validation pass; refused in one line naming the
+    rank, its cause and where"""
+    r, text = _job(tmp_path, SURVIVORS_KILLS='2:1:0:end')
     assert r.returncode == 1, text
     assert ('distrib.launch: --on-failure continue: the job lost rank 2 (killed by SIGKILL) and went on; then the '
             'survivors failed:') in r.stderr, text
-    assert ('SurvivorError: rank 2 was lost (killed by SIGKILL) in after_epoch of epoch 1: --on-failure continue '
+    assert ('SurvivorError: rank 2 was lost (killed by SIGKILL) in after_train of epoch 1: --on-failure continue '
             'goes on from a training batch or a validation pass, not from there') in r.stderr, text
+
+def test_checkpoint_refused(tmp_path):
+    "A Checkpoint under --on-failure continue is refused before the first step, in one line"
+    r, text = _job(tmp_path, SURVIVORS_CHECKPOINT='1', SURVIVORS_KILLS='2:9:0:train')
+    assert r.returncode == 1, text
+    assert 'SurvivorError: --on-failure continue with a Checkpoint: after a loss its world size' in r.stderr, text

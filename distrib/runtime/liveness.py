@@ -495,7 +495,7 @@ def _stop_liveness(code:int|None=None, # the exit code; default: the script's, e
         if not dog.counted: JobStore(st.job.store).count_waiting(True)  # an exited rank waits for nothing, for good
     except STORE_ERRORS: pass  # exiting: a store already gone (rank 0 ended first) has no reader left
 
-# %% ../../nbs/05_runtime.liveness.ipynb #060b4d2a
+# %% ../../nbs/05_runtime.liveness.ipynb #6cfcd02a
 def renew_liveness(world:World,    # this rank's place in the re-formed world (`current_world()` after it)
                      generation:int, # the losses it was re-formed after (`Agreement.gen`)
                     )->bool:         # True when the new world's watchdog runs

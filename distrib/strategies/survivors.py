@@ -5,6 +5,7 @@
 # %% ../../nbs/33a_strategies.survivors.ipynb #1149e9e4
 from __future__ import annotations
 import os, sys, time
+from ..callback.checkpoint import Checkpoint
 from ..runtime.survivors import (ON_FAILURE_ENV, BATCH_CHANGE_ENV, SurvivorError, Survivors, Agreement,
                                        allow_batch_change, abort_group, group_sockets, reform_group,
                                        equalize)
@@ -28,8 +29,9 @@ def check_continuable(trainer, # the fit's `DistributedTrainer`, wrapped
     """Refuse up front, under `--on-failure continue`, what the survivors could not carry on: a worker that
     `distrib.launch` did not start (torchrun's agent would stop the survivors), a group whose CUDA tensors go through
     NCCL (`trainer.backend`: aborting NCCL's collective in flight is not done yet), a trainer whose `survives` is not
-    True but says why (FSDP's, fastai's), `GradientAccumulation` (a step of several batches) and a loader that cannot
-    be resharded (an iterable data set). Raises `SurvivorError` saying what to change."""
+    True but says why (FSDP's, fastai's), `GradientAccumulation` (a step of several batches), a loader that cannot
+    be resharded (an iterable data set), a `Checkpoint` (its world and step count are the first world's: a checkpoint
+    written after a loss would not resume). Raises `SurvivorError` saying what to change."""
     if not os.environ.get('DISTRIB_LAUNCHER_PID'):
         raise SurvivorError(f"{ON_FAILURE_ENV}=continue needs python -m distrib.launch --on-failure continue: "
                             "torchrun's own agent stops every worker at the first one that fails")
@@ -39,6 +41,11 @@ def check_continuable(trainer, # the fit's `DistributedTrainer`, wrapped
                             "stop|restart")
     if trainer.survives is not True:
         raise SurvivorError(f"--on-failure continue: {trainer.survives}; use --on-failure restart with a Checkpoint")
+    ck = [cb for cb in trainer.learn.cbs if isinstance(cb, Checkpoint)]
+    if ck:
+        raise SurvivorError("--on-failure continue with a Checkpoint: after a loss its world size, ranks and step "
+                            "count would still be the first world's, and the checkpoints it wrote then would not "
+                            "resume; use --on-failure restart with a Checkpoint, or continue without one")
     ga = getattr(trainer.learn, 'gradient_accumulation', None)
     if ga is not None:
         raise SurvivorError("--on-failure continue redoes one batch, and GradientAccumulation spreads a step over "

@@ -12,8 +12,9 @@ prints `DONE`. `ref` writes DIR/ref-LOSS.pt (and DIR/ref-LOSS-values.pt): the sa
 global batch.
 
 `SURVIVORS_KILLS=r:e:b:phase,...` replaces VICTIM's one kill: start rank `r` SIGKILLs itself at batch `b` of epoch
-`e`, `phase` 'train' (before its backward), 'valid' (after its forward in the validation pass) or 'epoch' (at
-`after_epoch`, before a `Checkpoint` written there: `SURVIVORS_CHECKPOINT=1` adds one, every epoch).
+`e`, `phase` 'train' (before its backward), 'valid' (after its forward in the validation pass) or 'end' (at
+`after_train`, before the Recorder's all-reduce of the pass's losses; `b` is not read). `SURVIVORS_CHECKPOINT=1` adds
+a `Checkpoint`.
 `SURVIVORS_STALL=r`: start rank `r` sleeps 5 s after its step at batch 3 of epoch 2 (the other ranks wait for it).
 """
 import os, signal, sys, time
@@ -44,7 +45,7 @@ class Epochs(Callback):
 
 class Steps(Callback):
     "Writes each optimizer step; each victim SIGKILLs itself at its place (`kills`)"
-    order = 40   # before Checkpoint's after_epoch
+    order = 40   # before the Recorder's after_train
     def __init__(self, victim, d):
         self.f = open(d/f'steps{START.rank}.txt', 'w', buffering=1)
         self.kills = [k[1:] for k in kills(victim) if k[0] == START.rank]
@@ -57,7 +58,7 @@ class Steps(Callback):
     def before_backward(self): self._maybe_die('train')
     def after_pred(self):
         if not self.learn.training: self._maybe_die('valid')
-    def after_epoch(self): self._maybe_die('epoch', 0)
+    def after_train(self): self._maybe_die('end', 0)
     def after_step(self):
         self.f.write(f"STEP {os.getpid()} {self.learn.epoch} {self.learn.iter} {time.time()}\n")
         time.sleep(0.05)   # the steps last: the kill lands in the middle of the epoch
