@@ -121,7 +121,12 @@ def test_two_losses(tmp_path):
         assert steps == [(e, b) for e in range(3) for b in range(8)], (rank, steps)
     diff = _diff(torch.load(tmp_path/'weights.pt'), want)
     assert diff <= 1e-5, diff
-    print(f"\nSURVIVORS two losses: weights {diff:.1e} from one process")
+    got = torch.load(tmp_path/'values.pt')   # [train_loss, valid_loss] per epoch
+    assert all(abs(g[1] - v[1]) <= 1e-6 * abs(v[1]) for g, v in zip(got, values)), (got, values)
+    assert abs(got[0][0] - values[0][0]) <= 1e-6 * abs(values[0][0]), (got, values)   # before any loss
+    off = [abs(g[0] - v[0]) / abs(v[0]) for g, v in zip(got, values)]   # the epochs of a loss: the lost rank's share
+    print(f"\nSURVIVORS two losses: weights {diff:.1e} from one process; valid losses equal; the training loss of "
+          f"each epoch off by {', '.join(f'{o:.1e}' for o in off)} (relative; a loss in epochs 1 and 2)")
 
 def test_loss_at_pass_end_refused(tmp_path):
     """Rank 2 lost at the end of epoch 1's training pass: the survivors' all-reduce of the pass's losses (the
