@@ -96,8 +96,8 @@ def go_on(trainer,           # the `DistributedTrainer` of the fit
     ('validate'). None when no loss was published, or at once for an error other than a `RuntimeError`, a
     `SurvivorError` or an error already asked about (then `e` is the job's own error). Raises `SurvivorError` for a
     loss it cannot go on after, in one line naming the rank, its cause and where: elsewhere in the fit (`what`
-    'fit': an epoch's end, a `Checkpoint` written at it), survivors in different epochs, a global batch that cannot
-    be kept."""
+    'fit': the all-reduce of a training pass's losses at its end), survivors in different epochs, a global batch
+    that cannot be kept."""
     learn, sv = trainer.learn, trainer.survivors
     if sv is None or not isinstance(e, RuntimeError) or isinstance(e, SurvivorError) or e is trainer.asked:
         return None   # a collective's errors are RuntimeErrors; one already asked about is the job's own
