@@ -238,7 +238,7 @@ class Learner(LearnerSaving):
     def all_batches(self):
         """Run every batch of `self.dl`, from its `start_batch` for a `DistributedDL` or `IterableShards` resumed
         mid-epoch; `n_iter` is its length, None for a loader without one (an IterableDataset's). When a training
-        batch raises and a callback's `survive(e)` names a batch (`_go_on`: a lost rank under `--on-failure
+        batch raises and a callback's `survive(e, 'batch')` names a batch (`_go_on`: a lost rank under `--on-failure
         continue`), the pass goes on from it over the new `dls.train`, after each callback's `world_changed()`"""
         self.n_iter, self._device = _n_batches(self.dl), model_device(self.model)
         start = start_batch_of(self.dl)
@@ -247,21 +247,21 @@ class Learner(LearnerSaving):
                 for i, b in enumerate(self.dl, start): self.one_batch(i, b)
                 return
             except Exception as e:
-                start = self._go_on(e)
+                start = self._go_on(e, 'batch') if self.training else None
                 if start is None: raise
                 self.dl, self.n_iter = self.dls.train, _n_batches(self.dls.train)   # the survivors' loader
                 for cb in self.cbs:   # what a callback read of the world once per pass, read again
                     f = getattr(type(cb), 'world_changed', None)
                     if callable(f): f(cb)
 
-    def _go_on(self, e:Exception)->int|None:
-        """The batch to go on from after `e` left a training batch, when a callback's `survive(e)` gives one (the
-        trainer's after a lost rank under `--on-failure continue`: the world re-formed, the loaders resharded); None:
-        `e` stands"""
-        if not self.training: return None
+    def _go_on(self, e:Exception, what:str)->int|None:
+        """Where to go on after `e` left `what` ('batch': a training batch; 'validate': a validation pass of `fit`;
+        'fit': the fit elsewhere), when a callback's `survive(e, what)` gives it (the trainer's after a lost rank
+        under `--on-failure continue`: the world re-formed, the loaders resharded; it raises `SurvivorError` for a
+        loss it cannot go on after). None: `e` stands"""
         for cb in sorted(self.cbs, key=lambda c: c.order):
             f = getattr(type(cb), 'survive', None)
-            k = f(cb, e) if callable(f) else None
+            k = f(cb, e, what) if callable(f) else None
             if k is not None: return k
         return None
 
@@ -271,9 +271,16 @@ class Learner(LearnerSaving):
         self._with_events(self.all_batches, 'train', CancelTrainException)
 
     def _do_epoch_validate(self, ds_idx:int=1, dl=None):
-        self.dl, self.training = (self.dls[ds_idx] if dl is None else dl), False
-        self.model.eval()
-        with torch.no_grad(): self._with_events(self.all_batches, 'validate', CancelValidException)
+        """A validation pass over `dl` (default `dls[ds_idx]`); in a fit, done again from its first batch over the
+        survivors' loader when a rank was lost in it and the survivors went on (`_go_on`): its metrics are exact"""
+        while True:
+            self.dl, self.training = (self.dls[ds_idx] if dl is None else dl), False
+            self.model.eval()
+            try:
+                with torch.no_grad(): self._with_events(self.all_batches, 'validate', CancelValidException)
+                return
+            except Exception as e:
+                if dl is not None or self._go_on(e, 'validate') is None: raise
 
     def _do_epoch(self):
         self._do_epoch_train()
@@ -318,6 +325,9 @@ class Learner(LearnerSaving):
         self.epoch, self.iter = start_epoch, 0   # until the first batch: this fit's, not the last fit's position
         with self.added_cbs(cbs):
             try: self._with_events(self._do_fit, 'fit', CancelFitException)
+            except Exception as e:
+                self._go_on(e, 'fit')   # a lost rank the survivors cannot go on after: their `SurvivorError`
+                raise
             finally:
                 fns, self._fit_exits = self._fit_exits, []
                 for fn in reversed(fns): fn()

@@ -5,23 +5,38 @@ process trained with the same global batch over the same order (1e-5). Rank 2 lo
 0 (the survivors renumber; the store lives in the launcher) with a loss over items (`ItemMean` all-reduces each
 step's count, over the new world after the loss). A global batch of 3 cannot be kept by 2 survivors: refused in one
 line from the launcher and one `SurvivorError`, or, with `DISTRIB_ALLOW_BATCH_CHANGE=1`, the job goes on with 2 (two
-jobs: marked slow). Run with `pytest -s` to see the SURVIVORS lines (the times)."""
-import re, subprocess, sys
+jobs: marked slow). The heartbeat layer follows the survivors' world: a survivor that stalls after the re-form is
+reported by its new rank, waiting for the other's. A loss in a validation pass: the pass is done again on the
+survivors, its metrics those of one process. Two losses one after the other (4 processes, then 3, then 2). A loss
+where the survivors cannot go on (a `Checkpoint` written at an epoch's end): refused in one line naming the rank.
+Run with `pytest -s` to see the SURVIVORS lines (the times)."""
+import os, re, subprocess, sys
 import pytest
 import torch
 from conftest import launch, SCRIPTS, ROOT
 
 JOB = SCRIPTS/'survivors.py'
 
+def _ref(d, loss:str, G:int=6)->tuple:
+    "The weights and the Recorder's values of one process trained with the whole global batch `G`, in the same order"
+    r = subprocess.run([sys.executable, str(JOB), 'ref', str(d), loss], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT, env={**os.environ, 'SURVIVORS_G': str(G)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return torch.load(d/f'ref-{loss}.pt'), torch.load(d/f'ref-{loss}-values.pt')
+
 @pytest.fixture(scope='module')
 def ref(tmp_path_factory):
     "The weights of one process trained with the whole global batch, in the same order, for each loss"
     d = tmp_path_factory.mktemp('ref')
-    for loss in ('mean', 'items'):
-        r = subprocess.run([sys.executable, str(JOB), 'ref', str(d), loss], capture_output=True, text=True,
-                           timeout=120, cwd=ROOT)
-        assert r.returncode == 0, r.stderr[-3000:]
-    return {loss: torch.load(d/f'ref-{loss}.pt') for loss in ('mean', 'items')}
+    return {loss: _ref(d, loss)[0] for loss in ('mean', 'items')}
+
+def _job(tmp_path, victim:int=2, nproc:int=3, loss:str='mean', **env):
+    "Launch the job under --on-failure continue; its result and a text to show when an assertion fails"
+    r = launch(JOB, 'job', tmp_path, loss, victim, nproc=nproc, launcher_args=('--on-failure', 'continue'),
+               timeout=240, env=env)
+    return r, f"exit code {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
+
+def _diff(got:dict, want:dict)->float: return max((got[k] - want[k]).abs().max().item() for k in want)
 
 def _steps(path)->list:
     "The (pid, epoch, batch, time) of each optimizer step a rank wrote"
@@ -64,3 +79,68 @@ def test_global_batch_not_kept_refused_or_allowed(tmp_path):
     text = f"exit code {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
     assert r.returncode == 0 and 'DONE world 2' in r.stdout, text
     assert 'global batch 3 now 2 (1 per rank)' in r.stderr, text
+
+def test_liveness_follows_survivors(ref, tmp_path):
+    """Rank 0 lost; then start rank 2, rank 1 of the survivors' world, stalls 5 s after a step: its watchdog, of the
+    new world, reports it by its new rank while rank 0 (start rank 1) waits: heartbeats, counters and the stall check
+    run over the survivors; the job still ends exact"""
+    r, text = _job(tmp_path, 0, SURVIVORS_STALL='2', DISTRIB_STALL_REPORT='2')
+    assert r.returncode == 0 and 'DONE world 2' in r.stdout, text
+    assert re.search(r'^distrib: probable stall: rank 1 has been in .* while rank 0 waits in ', r.stderr, re.M), text
+    assert _diff(torch.load(tmp_path/'weights.pt'), ref['mean']) <= 1e-5
+
+def test_loss_in_validation_redone(tmp_path):
+    "Rank 2 lost in the validation pass of epoch 1: the survivors do it again; metrics and weights as one process's"
+    want, values = _ref(tmp_path, 'mean')
+    r, text = _job(tmp_path, SURVIVORS_KILLS='2:1:1:valid')
+    assert r.returncode == 0 and 'DONE world 2' in r.stdout, text
+    line = re.search(r'^distrib: lost rank 2 killed by SIGKILL; 2 survivor\(s\) go on in their own processes from '
+                     r'the validation pass of epoch 1, again, .*$', r.stderr, re.M)
+    assert line, text
+    got = torch.load(tmp_path/'values.pt')
+    assert len(got) == len(values) == 3, (got, values)
+    for g, v in zip(got, values):   # [train_loss, valid_loss] per epoch
+        assert abs(g[1] - v[1]) <= 1e-6 * abs(v[1]), (got, values)
+    assert max(abs(g[0] - v[0]) for g, v in zip(got, values)) <= 1e-6, (got, values)   # no step lost in training
+    diff = _diff(torch.load(tmp_path/'weights.pt'), want)
+    assert diff <= 1e-5, diff
+    print(f"\nSURVIVORS validation: valid losses {[round(g[1], 6) for g in got]} (one process "
+          f"{[round(v[1], 6) for v in values]}), weights {diff:.1e}; {line[0]}")
+
+def test_two_losses(tmp_path):
+    """4 processes, a global batch of 12: rank 2 lost in epoch 1, then rank 1 in epoch 2 (rank 1 of 3 then): two
+    lines, the job ends on 2 survivors with one process's weights"""
+    want, values = _ref(tmp_path, 'mean', 12)
+    r, text = _job(tmp_path, nproc=4, SURVIVORS_G='12', SURVIVORS_KILLS='2:1:5:train,1:2:3:train')
+    assert r.returncode == 0 and 'DONE world 2' in r.stdout, text
+    lines = re.findall(r'^distrib: lost rank (\d) killed by SIGKILL; (\d) survivor\(s\) go on .*$', r.stderr, re.M)
+    assert lines == [('2', '3'), ('1', '2')], text
+    for rank in (0, 3):
+        steps = [(int(e), int(b)) for e, b in re.findall(r'^STEP \d+ (\d+) (\d+) ', (tmp_path/f'steps{rank}.txt')
+                                                           .read_text(), re.M)]
+        assert steps == [(e, b) for e in range(3) for b in range(8)], (rank, steps)
+    diff = _diff(torch.load(tmp_path/'weights.pt'), want)
+    assert diff <= 1e-5, diff
+    got = torch.load(tmp_path/'values.pt')   # [train_loss, valid_loss] per epoch
+    assert all(abs(g[1] - v[1]) <= 1e-6 * abs(v[1]) for g, v in zip(got, values)), (got, values)
+    assert abs(got[0][0] - values[0][0]) <= 1e-6 * abs(values[0][0]), (got, values)   # before any loss
+    off = [abs(g[0] - v[0]) / abs(v[0]) for g, v in zip(got, values)]   # the epochs of a loss: the lost rank's share
+    print(f"\nSURVIVORS two losses: weights {diff:.1e} from one process; valid losses equal; the training loss of "
+          f"each epoch off by {', '.join(f'{o:.1e}' for o in off)} (relative; a loss in epochs 1 and 2)")
+
+def test_loss_at_pass_end_refused(tmp_path):
+    """Rank 2 lost at the end of epoch 1's training pass: the survivors' all-reduce of the pass's losses (the
+    Recorder's `after_train`) fails outside a training batch or a validation pass; refused in one line naming the
+    rank, its cause and where"""
+    r, text = _job(tmp_path, SURVIVORS_KILLS='2:1:0:end')
+    assert r.returncode == 1, text
+    assert ('distrib.launch: --on-failure continue: the job lost rank 2 (killed by SIGKILL) and went on; then the '
+            'survivors failed:') in r.stderr, text
+    assert ('SurvivorError: rank 2 was lost (killed by SIGKILL) in after_train of epoch 1: --on-failure continue '
+            'goes on from a training batch or a validation pass, not from there') in r.stderr, text
+
+def test_checkpoint_refused(tmp_path):
+    "A Checkpoint under --on-failure continue is refused before the first step, in one line"
+    r, text = _job(tmp_path, SURVIVORS_CHECKPOINT='1', SURVIVORS_KILLS='2:9:0:train')
+    assert r.returncode == 1, text
+    assert 'SurvivorError: --on-failure continue with a Checkpoint: after a loss its world size' in r.stderr, text

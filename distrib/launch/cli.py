@@ -166,10 +166,10 @@ def failure_mode(mode:str|None, # `--on-failure`'s value; None when not given
                  direct:bool=False, # the script runs without distrib's worker (--no-python, --run-path)
                 )->str:          # 'stop', 'restart' or 'continue'
     """Check `--on-failure mode` against torchrun's options `opts`, add `--max_restarts 3` for `restart` without one,
-    and set `DISTRIB_ON_FAILURE` for the workers (`continue` also sets `DISTRIB_LIVENESS_TIMEOUT=0`: the heartbeat
-    layer ends a rank whose peer is gone). Default: `restart` with `--max_restarts` above 0, else `stop`. Raises
-    `LaunchError` for another value, for `stop` or `continue` with restarts, and for `continue` over several nodes or
-    without distrib's worker."""
+    and set `DISTRIB_ON_FAILURE` for the workers (under `continue`, the heartbeat layer leaves a lost rank to the
+    survivors, and follows the world they re-form: `distrib.runtime.liveness.renew_liveness`). Default: `restart`
+    with `--max_restarts` above 0, else `stop`. Raises `LaunchError` for another value, for `stop` or `continue`
+    with restarts, and for `continue` over several nodes or without distrib's worker."""
     restarts = _pop_opt(list(opts), ('--max_restarts', '--max-restarts'))
     many = restarts is not None and restarts.isdigit() and int(restarts) > 0
     mode = (mode or ('restart' if many else 'stop')).strip().lower()
@@ -187,7 +187,6 @@ def failure_mode(mode:str|None, # `--on-failure`'s value; None when not given
                               f"restart with a Checkpoint")
         if direct:
             raise LaunchError("--on-failure continue needs distrib's worker, which --no-python and --run-path skip")
-        os.environ['DISTRIB_LIVENESS_TIMEOUT'] = '0'
     os.environ[ON_FAILURE_ENV] = mode
     return mode
 

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/05_runtime.liveness.ipynb #c6a5e511
 from __future__ import annotations
-import os, sys, json, time, runpy, signal, atexit, threading, traceback, contextlib, statistics
+import os, sys, json, time, runpy, signal, atexit, threading, traceback, contextlib, statistics, dataclasses
 from contextlib import contextmanager
 from collections import deque
 from .world import World, current_world, env_number
@@ -20,6 +20,7 @@ __all__ = ['DEFAULT_LIVENESS_TIMEOUT', 'liveness_timeout', 'remember_position']
 INTERVAL = 1.0                   # seconds between two heartbeats of a rank (and two checks of its watchdog)
 GRACE = 2.0                      # seconds the main thread has to fail by itself before the watchdog ends its rank
 _EXIT_RECORD_WAIT = 2.0           # seconds a rank that finds a peer's process gone waits for its launcher's record
+STANDBY = 120.0                  # seconds a watchdog leaves a lost peer to the survivors before it ends its rank
 
 # %% ../../nbs/05_runtime.liveness.ipynb #7b98b0fc
 DEFAULT_LIVENESS_TIMEOUT = 20.0  # seconds without a heartbeat before a rank counts as dead
@@ -181,6 +182,7 @@ class _Watchdog(threading.Thread):
         self.halt = threading.Event()
         self.lock = threading.Lock()  # one heartbeat published at a time: the main thread's (`publish`) or a tick's
         self.passed, self.gone = None, None  # (rank, goodbye) of the first exited peer passed over; when watched gone
+        self.standing = None  # `time.monotonic()` when it began to stand by (`stand_by`); None: it does not
 
     def median_step(self)->float:
         "The median seconds per training step this rank took so far (timed at each tick: `_note_step`); 0 before any"
@@ -291,15 +293,31 @@ class _Watchdog(threading.Thread):
         if how is not None and proc == 'gone' and not hb.exited and _exits_recorded():
             self.gone = self.gone or now  # its launcher publishes an exit without a goodbye: the failures counter
             if now - self.gone < _EXIT_RECORD_WAIT: return  # brings its words (`LauncherView.record_exit`) soon
-        if how is not None: return self.peer_failed(self.watched, how, hb)
+        ended = proc == 'gone' or bool(hb.exited and hb.code)   # a loss the launcher sees
+        if how is not None: return self.peer_failed(self.watched, how, hb, ended)
         if hb.exited and self.watched != self.ring[-1]:  # it said goodbye: watch the next one
             self.passed = self.passed or (self.watched, hb)
             self.watched, self.known, self.seen = self.ring[self.ring.index(self.watched) + 1], False, None
 
-    def peer_failed(self, r:int, how:str, hb:Heartbeat):
-        "Peer `r` (last heartbeat `hb`) failed this rank: report it and end"
+    def peer_failed(self, r:int, how:str, hb:Heartbeat, ended:bool=False):
+        """Peer `r` (last heartbeat `hb`) failed this rank: report it and end; but stand by (`stand_by`) when its
+        process `ended` (killed, or exited with a code) and a fit that goes on after a lost rank runs"""
         blame = {r: {'how': how, 'where': _heartbeat_where(hb)}}
-        self.end(PeerFailedError(f"rank {self.world.rank} stops: {blame_text(blame)} (its last heartbeat)", blame))
+        err = PeerFailedError(f"rank {self.world.rank} stops: {blame_text(blame)} (its last heartbeat)", blame)
+        if not (ended and self.stand_by(err)): self.end(err)
+
+    def stand_by(self, err:BaseException)->bool:
+        """Under `--on-failure continue` (`JobLink.survives`, set by the fit's trainer), a lost rank is the survivors'
+        to handle (`distrib.strategies.survivors.go_on`: the launcher's notice, the agreement, the new group, then a
+        watchdog of the new world, `renew_liveness`): this one ends no rank for it, until `STANDBY` s have passed
+        since it first stood by; then it ends its rank with `err`, as without the option. Returns True while it
+        stands by; False when no such fit runs (the caller ends the rank)."""
+        if not rank_state().job.survives: return False
+        now = time.monotonic()
+        self.standing = self.standing or now
+        if now - self.standing < STANDBY: return True
+        self.end(err)
+        return True
 
     def publish_verdict(self, info:JobFailure):
         "Append rank 0's verdict `info` to the job's failures (two calls); act on it at once when it is the first"
@@ -326,7 +344,8 @@ class _Watchdog(threading.Thread):
             return self.end(PeerFailedError(f"rank {r} stops: {info.text}", info.blamed()), stack=True)
         blame = info.blamed()
         why = blame_text(blame) or info.summary
-        self.end(PeerFailedError(f"rank {r} stops because the job failed: {why}", blame))
+        err = PeerFailedError(f"rank {r} stops because the job failed: {why}", blame)
+        if info.kind in ('peer', 'stall') or not self.stand_by(err): self.end(err)  # a rank's own error: a loss
 
     def caused(self, info:JobFailure):
         """A verdict names this rank as the cause: it reports the exception that left distrib_ctx when that started
@@ -410,9 +429,11 @@ def _local_at_record(world:World)->_AtRecord|None:
 # %% ../../nbs/05_runtime.liveness.ipynb #fd569f71
 def start_liveness(world:World|None=None,     # this process's place; default `current_world()`
                    record_path:str|None=None, # where the watchdog writes this rank's ErrorRecord; default torchrun's
+                   generation:int=0,          # the losses the survivors re-formed the world after (`renew_liveness`)
                   )->bool:                    # True when the heartbeat and watchdog run
     """Start this rank's heartbeat and watchdog thread on the job's store at `world`'s `MASTER_ADDR:MASTER_PORT`,
-    under a prefix of torchrun's restart count. Does nothing, returning False, in a world of one, without the
+    under a prefix of torchrun's restart count (and of `generation`; its at-record is made at generation 0 only: the
+    launcher reads them by the ranks' first places). Does nothing, returning False, in a world of one, without the
     store's address, with `DISTRIB_LIVENESS_TIMEOUT=0`, or when the store cannot be reached (one line on stderr
     says so); True when they run (already, or from now on). Raises what `liveness_timeout` raises."""
     if running(): return True
@@ -420,7 +441,7 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
     world = current_world() if world is None else world
     timeout = liveness_timeout()
     if timeout == 0 or world.world_size < 2 or world.master_addr is None or world.master_port is None: return False
-    prefix = JobStore.prefix(world.restart_count)
+    prefix = JobStore.prefix(world.restart_count, generation)
     st.job.addr = f"{world.master_addr}:{world.master_port}"
     try:
         main, own = (store_client(world.master_addr, world.master_port, prefix=prefix) for _ in range(2))
@@ -433,7 +454,7 @@ def start_liveness(world:World|None=None,     # this process's place; default `c
     st.job.dog = _Watchdog(own, world, timeout)
     try: st.job.dog.publish(main)  # the first heartbeat, before this returns: an exit right after finds it in the store
     except STORE_ERRORS: pass  # the thread's ticks meet the store's trouble, and end this rank if it lasts
-    st.job.announce = _local_at_record(world)
+    if not generation: st.job.announce = _local_at_record(world)
     atexit.register(_stop_liveness)
     st.job.dog.start()
     return True
@@ -473,6 +494,32 @@ def _stop_liveness(code:int|None=None, # the exit code; default: the script's, e
         JobStore(st.job.store).publish_heartbeat(dog.world.rank, dog.heartbeat(time.monotonic()))
         if not dog.counted: JobStore(st.job.store).count_waiting(True)  # an exited rank waits for nothing, for good
     except STORE_ERRORS: pass  # exiting: a store already gone (rank 0 ended first) has no reader left
+
+# %% ../../nbs/05_runtime.liveness.ipynb #6cfcd02a
+def renew_liveness(world:World,    # this rank's place in the re-formed world (`current_world()` after it)
+                     generation:int, # the losses it was re-formed after (`Agreement.gen`)
+                    )->bool:         # True when the new world's watchdog runs
+    """After the survivors of a lost rank re-formed the world (`--on-failure continue`,
+    `distrib.runtime.survivors.reform_group`): stop this rank's watchdog (it stood by since the loss: `stand_by`)
+    and start one of `world` under the store prefix of `generation`, with the same checks (deadlocks, stalls,
+    stragglers) and what they remember emptied: the heartbeats, the ring, the counters and the straggler rounds are
+    the survivors'. Its record file and its at-record stay (the launcher knows a rank by its first place). Does
+    nothing, returning False, when no watchdog ran or it is ending this rank."""
+    st = rank_state()
+    dog = st.job.dog
+    if dog is None or dog.ending: return False
+    dog.halt.set()
+    dog.join(2*INTERVAL)   # a tick in the store ends first; one that lasts ends at its call's return, unheard
+    keep = dict(checks=st.job.checks, record_path=st.job.record_path, announce=st.job.announce,
+                survives=st.job.survives)
+    stall_timeout = st.memo.stall_timeout
+    for part in (st.job, st.memo):
+        for f in dataclasses.fields(part):
+            setattr(part, f.name, f.default if f.default_factory is dataclasses.MISSING else f.default_factory())
+    for k, v in keep.items(): setattr(st.job, k, v)
+    st.memo.stall_timeout = stall_timeout
+    return start_liveness(world, st.job.record_path, generation)
+
 
 # %% ../../nbs/05_runtime.liveness.ipynb #9a38d4bb
 def _not_users(filename:str)->bool:

@@ -76,7 +76,9 @@ class JobLink:
     failure (JobFailure): the job's first failure or verdict, once the watchdog read it; None while there is none.
     wait_key (str): the store key the main thread waits on in a distrib barrier; the watchdog sets it to wake the
         main thread when the job failed.
-    waiting (int): the last value the watchdog read of the job's `waiting` counter (`JobStore.count` decodes it)."""
+    waiting (int): the last value the watchdog read of the job's `waiting` counter (`JobStore.count` decodes it).
+    survives (bool): a fit that goes on after a lost rank runs (`--on-failure continue`, set by its trainer): the
+        watchdog leaves a peer whose process ended to the survivors (`_Watchdog.stand_by`)."""
     world: object = None
     store: object = None
     dog: object = None
@@ -88,6 +90,7 @@ class JobLink:
     failure: object = None
     wait_key: str|None = None
     waiting: int = 0
+    survives: bool = False
 
 @dataclass(eq=False)
 class CheckMemory:

@@ -171,9 +171,10 @@ class JobStore:
         self.store, self.pre = store, '' if restart_count is None else f"{JobStore.prefix(restart_count)}/"
 
     @staticmethod
-    def prefix(restart_count:int)->str:
-        "The prefix of liveness's keys in attempt `restart_count` (a `PrefixStore` joins it to a key with '/')"
-        return f"distrib/liveness/{restart_count}/"
+    def prefix(restart_count:int, generation:int=0)->str:
+        """The prefix of liveness's keys in attempt `restart_count` (a `PrefixStore` joins it to a key with '/'); of the
+        world that the survivors of `generation` losses re-formed (`--on-failure continue`) when it is above 0"""
+        return f"distrib/liveness/{restart_count}" + (f".{generation}" if generation else '') + '/'
 
     @staticmethod
     def survivors_prefix(restart_count:int)->str:

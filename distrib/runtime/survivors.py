@@ -4,17 +4,18 @@
 
 # %% ../../nbs/10a_runtime.survivors.ipynb #b3cfb63d
 from __future__ import annotations
-import os, json, time, signal, datetime
+import os, json, time, signal, socket, datetime
 from typing import NamedTuple
 import torch
 import torch.distributed as dist
 from .world import current_world, pg_initialized
 from .group import group_timeout
 from .schema import JobStore, STORE_ERRORS, store_client
+from .liveness import renew_liveness
 
 # %% auto #0
 __all__ = ['ON_FAILURE_ENV', 'ON_FAILURE', 'BATCH_CHANGE_ENV', 'on_failure', 'allow_batch_change', 'Loss', 'publish_loss',
-           'SurvivorError', 'Agreement', 'Survivors', 'reform_group', 'equalize']
+           'SurvivorError', 'Agreement', 'Survivors', 'group_sockets', 'abort_group', 'reform_group', 'equalize']
 
 # %% ../../nbs/10a_runtime.survivors.ipynb #f01e57dc
 ON_FAILURE_ENV = 'DISTRIB_ON_FAILURE'  # what the workers of `python -m distrib.launch --on-failure X` read
@@ -107,13 +108,17 @@ class Survivors:
     def __init__(self, store, start_rank:int, start_world:int, restart:int=0):
         self.store, self.start_rank, self.start_world, self.restart = store, start_rank, start_world, restart
         self.losses, self.gen = [], 0
+        self.port, self.sockets = None, {}   # the store's port; the group's connections (`group_sockets`)
 
     @classmethod
     def from_env(cls, world=None)->'Survivors':
-        "For this rank of the job `world` (default `current_world()`), with its own client of the job's store"
+        """For this rank of the job `world` (default `current_world()`), with its own client of the job's store, and
+        the connections of its process group (`group_sockets`), formed by now"""
         world = current_world() if world is None else world
-        return cls(store_client(world.master_addr, world.master_port, 60.), world.rank, world.world_size,
-                   world.restart_count)
+        sv = cls(store_client(world.master_addr, world.master_port, 60.), world.rank, world.world_size,
+                 world.restart_count)
+        sv.port, sv.sockets = world.master_port, group_sockets(world.master_port)   # the group formed: its sockets
+        return sv
 
     def notice(self, wait:float)->list:
         "The losses published since the last call (waiting up to `wait` s for one), added to `self.losses`"
@@ -135,15 +140,16 @@ class Survivors:
             if self.store.add(p + f'at/{steps}', 1) == 1:  # the first with this count says where it goes on
                 self.store.set(p + f'src/{steps}', json.dumps(dict(resume, rank=rank)))
             if self.store.add(p + 'arrived', 1) == world: self.store.set(p + 'done', '1')
-            if self._wait_done(p + 'done', end): break
+            if self._wait_done(p + 'done', end, timeout): break
         self.gen = gen
         most = steps + 1 if self.store.check([p + f'src/{steps + 1}']) else steps  # counts differ by one at most
         src = json.loads(self.store.get(p + f'src/{most}'))
         return Agreement(gen, rank, world, tuple(self.losses), most, src.pop('rank'), src)
 
-    def _wait_done(self, key:str, end:float)->bool:
+    def _wait_done(self, key:str, end:float, timeout:float)->bool:
         """Wait for the generation's last survivor (`key` set): True when it came; False when a new loss came first
-        (the agreement moves to the next generation). Raises `SurvivorError` at `end` (`time.monotonic()`)"""
+        (the agreement moves to the next generation). Raises `SurvivorError` at `end` (`time.monotonic()`), `timeout` s
+        after the agreement began"""
         while True:
             try:
                 self.store.wait([key], datetime.timedelta(seconds=max(min(1., end - time.monotonic()), 0.01)))
@@ -154,20 +160,66 @@ class Survivors:
             if time.monotonic() >= end:
                 lost = ', '.join(f"rank {l.rank} ({l.cause})" for l in self.losses)
                 raise SurvivorError(f"after the loss of {lost}, not every survivor came to the agreement within "
-                                    f"{end - time.monotonic() + 0:.0f} s: another rank stopped without the launcher "
+                                    f"{timeout:.0f} s: another rank stopped without the launcher "
                                     f"seeing it end (frozen, or a node lost). The job ends")
 
 # %% ../../nbs/10a_runtime.survivors.ipynb #c30af95b
+def _tcp_table()->dict:
+    "inode -> (local port, remote port) of the host's established TCP sockets (IPv4 and IPv6), from /proc/net"
+    out = {}
+    for f in ('/proc/net/tcp', '/proc/net/tcp6'):
+        try: rows = open(f).read().splitlines()[1:]
+        except OSError: continue  # no /proc (not Linux), or no IPv6
+        for row in rows:
+            c = row.split()
+            if len(c) > 9 and c[3] == '01':   # ESTABLISHED
+                out[int(c[9])] = (int(c[1].rsplit(':', 1)[1], 16), int(c[2].rsplit(':', 1)[1], 16))
+    return out
+
+def group_sockets(store_port:int|None)->dict:
+    """fd -> inode of this process's established TCP connections that are not the job store's (port `store_port`):
+    under distrib.launch, the process group's (gloo's pairs to the other ranks), and any other the script opened.
+    Read from /proc (Linux); {} elsewhere."""
+    table, out = _tcp_table(), {}
+    try: fds = os.listdir('/proc/self/fd')
+    except OSError: return out
+    for fd in fds:
+        try: link = os.readlink(f'/proc/self/fd/{fd}')
+        except OSError: continue  # closed since the listing
+        if not link.startswith('socket:['): continue
+        ino = int(link[8:-1])
+        if ino in table and store_port not in table[ino]: out[int(fd)] = ino
+    return out
+
+def abort_group(sockets:dict):
+    """Abort the default process group that a lost rank broke: shut down its connections `sockets` (fd -> inode, as
+    `group_sockets` gave them when the group formed; those still open and the same), so that a survivor still
+    blocked in a collective with this one (waiting for this one's data, not the lost rank's) fails at once and comes
+    to the agreement too; then destroy it (its errors are ignored). Gloo's own `abort` and `destroy_process_group`
+    leave its connections open while a reference to the group lives (DDP holds one). Nothing without a group."""
+    if not pg_initialized(): return
+    now = group_sockets(None)
+    for fd, ino in sockets.items():
+        if now.get(fd) != ino: continue   # closed, or the number reused by another socket
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+            try: s.shutdown(socket.SHUT_RDWR)
+            finally: s.close()   # the duplicate only: gloo closes its own
+        except OSError: pass  # closed meanwhile: the peer sees it closed all the same
+    try: dist.destroy_process_group()
+    except Exception: pass  # the group is broken: what is left of it goes with its last reference
+
 def reform_group(store,          # a client of the job's store
                  restart:int,    # torchrun's attempt
                  gen:int,        # the agreement's generation: the group's store prefix
                  rank:int, world_size:int, # this survivor's place in the new world
                  backend:str='gloo', timeout:float|None=None, # the group's backend and timeout (s)
                 ):
-    """Destroy the default process group (a lost rank broke it; its errors are ignored) and create the survivors'
-    under a store prefix of generation `gen` (torchft's `ProcessGroup.configure` does the same: a fresh group on a
-    fresh prefix). Sets `RANK` and `WORLD_SIZE` to the new place, so that `current_world()` and what reads the
-    environment agree. Raises what `init_process_group` raises."""
+    """Destroy the default process group (a lost rank broke it: `abort_group`; its errors are ignored) and create
+    the survivors' under a store prefix of generation `gen` (torchft's `ProcessGroup.configure` does the same: a
+    fresh group on a fresh prefix). Sets `RANK` and `WORLD_SIZE` to the new place, so that `current_world()` and
+    what reads the environment agree; then the heartbeat layer follows the new world (`renew_liveness`: its
+    watchdog, its deadlock, stall and straggler checks over the survivors). Raises what `init_process_group` raises."""
     if pg_initialized():
         try: dist.destroy_process_group()
         except Exception: pass  # the group is broken: what is left of it goes with its last reference
@@ -175,6 +227,7 @@ def reform_group(store,          # a client of the job's store
     t = datetime.timedelta(seconds=group_timeout() if timeout is None else timeout)
     pstore = dist.PrefixStore(_prefix(restart) + f'group/{gen}', store)
     dist.init_process_group(backend, store=pstore, rank=rank, world_size=world_size, timeout=t)
+    renew_liveness(current_world(), gen)
 
 def equalize(model:torch.nn.Module, opt, src:int):
     """Every rank takes rank `src`'s parameters, buffers and optimizer state (`opt`: a torch optimizer, or None): the

@@ -187,7 +187,7 @@ class DistributedTrainer(Callback):
         self.device, self.sync_bn, self.ddp_kwargs, self.swapped = device, sync_bn, ddp_kwargs, []
         self.comm_hook, self.comm_hook_state, self.compile, self.compiled = comm_hook, comm_hook_state, compile, []
         self.model = self.inner = self.dls = self.world = self.wrapped = None
-        self.survivors, self.n_steps, self.step_at, self.backend = None, 0, None, None
+        self.survivors, self.n_steps, self.step_at, self.backend, self.asked = None, 0, None, None, None
 
     def _compile_options(self, model:nn.Module)->dict|None:
         "The torch.compile options of this wrap: `compile`'s, or `{}` for a model compiled by the user"
@@ -283,9 +283,10 @@ class DistributedTrainer(Callback):
             self.backend = dist.get_backend_config()
             check_continuable(self)
             self.survivors = survivors()
+            rank_state().job.survives = True   # the watchdog leaves a lost rank to `go_on` (`_Watchdog.stand_by`)
         self.in_fit = True
         rank_state().here.timer = timer if self.time_steps else None
-    def after_fit(self): self.in_fit = False; rank_state().here.timer = None
+    def after_fit(self): self.in_fit = rank_state().job.survives = False; rank_state().here.timer = None
 
     def before_train(self):
         "A new training pass: the straggler check's timer starts afresh"
@@ -309,10 +310,12 @@ class DistributedTrainer(Callback):
 
     survives = True  # DDP's survivors hold the whole state: they can go on after a lost rank (`go_on`); else why not
 
-    def survive(self, e:BaseException)->int|None:
-        """The loop's question after `e` left a training batch: the batch of the epoch to go on from, when `e` came
-        from a lost rank under `--on-failure continue` and the survivors re-formed the world (`go_on`); else None"""
-        return go_on(self, e) if self.survivors is not None and self.in_fit else None
+    def survive(self, e:BaseException, what:str='batch')->int|None:
+        """The loop's question after `e` left `what` ('batch': a training batch, 'validate': a validation pass,
+        'fit': the fit elsewhere): where to go on (the batch of the epoch; 0 for a validation pass done again), when
+        `e` came from a lost rank under `--on-failure continue` and the survivors re-formed the world (`go_on`);
+        else None. Raises `SurvivorError` for a loss they cannot go on after."""
+        return go_on(self, e, what) if self.survivors is not None and self.in_fit else None
 
     def rewire(self, batch_size:int):
         """Wrap the model again in the world of the default group (re-formed by `go_on`), with every loader resharded

@@ -5,8 +5,10 @@
 # %% ../../nbs/33a_strategies.survivors.ipynb #1149e9e4
 from __future__ import annotations
 import os, sys, time
+from ..callback.checkpoint import Checkpoint
 from ..runtime.survivors import (ON_FAILURE_ENV, BATCH_CHANGE_ENV, SurvivorError, Survivors, Agreement,
-                                       allow_batch_change, reform_group, equalize)
+                                       allow_batch_change, abort_group, group_sockets, reform_group,
+                                       equalize)
 
 # %% auto #0
 __all__ = ['NOTICE_WAIT', 'AGREE_TIMEOUT', 'survivors', 'check_continuable', 'resume_line', 'go_on']
@@ -27,8 +29,9 @@ def check_continuable(trainer, # the fit's `DistributedTrainer`, wrapped
     """Refuse up front, under `--on-failure continue`, what the survivors could not carry on: a worker that
     `distrib.launch` did not start (torchrun's agent would stop the survivors), a group whose CUDA tensors go through
     NCCL (`trainer.backend`: aborting NCCL's collective in flight is not done yet), a trainer whose `survives` is not
-    True but says why (FSDP's, fastai's), `GradientAccumulation` (a step of several batches) and a loader that cannot
-    be resharded (an iterable data set). Raises `SurvivorError` saying what to change."""
+    True but says why (FSDP's, fastai's), `GradientAccumulation` (a step of several batches), a loader that cannot
+    be resharded (an iterable data set), a `Checkpoint` (its world and step count are the first world's: a checkpoint
+    written after a loss would not resume). Raises `SurvivorError` saying what to change."""
     if not os.environ.get('DISTRIB_LAUNCHER_PID'):
         raise SurvivorError(f"{ON_FAILURE_ENV}=continue needs python -m distrib.launch --on-failure continue: "
                             "torchrun's own agent stops every worker at the first one that fails")
@@ -38,6 +41,11 @@ def check_continuable(trainer, # the fit's `DistributedTrainer`, wrapped
                             "stop|restart")
     if trainer.survives is not True:
         raise SurvivorError(f"--on-failure continue: {trainer.survives}; use --on-failure restart with a Checkpoint")
+    ck = [cb for cb in trainer.learn.cbs if isinstance(cb, Checkpoint)]
+    if ck:
+        raise SurvivorError("--on-failure continue with a Checkpoint: after a loss its world size, ranks and step "
+                            "count would still be the first world's, and the checkpoints it wrote then would not "
+                            "resume; use --on-failure restart with a Checkpoint, or continue without one")
     ga = getattr(trainer.learn, 'gradient_accumulation', None)
     if ga is not None:
         raise SurvivorError("--on-failure continue redoes one batch, and GradientAccumulation spreads a step over "
@@ -60,52 +68,71 @@ def _per_rank(global_batch:int, world_size:int, losses)->int:
                         f"the same. Choose a global batch that the surviving counts divide, or set "
                         f"{BATCH_CHANGE_ENV}=1 to go on with {b * world_size}")
 
-def resume_line(a:Agreement, new:list, global_batch:int, per_rank:int, secs:dict)->str:
-    "Rank 0's one line after agreement `a` on the losses `new`: who was lost and how, where the job goes on, the times"
+def resume_line(a:Agreement, new:list, global_batch:int, per_rank:int, secs:dict, valid:bool=False)->str:
+    """Rank 0's one line after agreement `a` on the losses `new`: who was lost and how, where the job goes on (a
+    training batch; with `valid`, the validation pass of the epoch, done again), the times"""
     who = '; '.join(f"rank {l.rank} {l.cause}" for l in new)
     kept = "kept" if per_rank * a.world_size == global_batch else f"now {per_rank * a.world_size}"
-    return (f"distrib: lost {who}; {a.world_size} survivor(s) go on in their own processes from epoch "
-            f"{a.resume['epoch']} batch {a.resume['batch']} (step {a.steps + 1}), global batch {global_batch} {kept} "
+    at = (f"the validation pass of epoch {a.resume['epoch']}, again" if valid else
+          f"epoch {a.resume['epoch']} batch {a.resume['batch']} (step {a.steps + 1})")
+    return (f"distrib: lost {who}; {a.world_size} survivor(s) go on in their own processes from {at}, global batch "
+            f"{global_batch} {kept} "
             f"({per_rank} per rank); " + ', '.join(f"{k} {v:.2f} s" for k, v in secs.items()))
 
+def _where(learn)->str:
+    "Where the loop `learn` is, in words, by the loop protocol: 'after_epoch of epoch 2'"
+    p = learn.loop_position()
+    return f"{p.get('event') or 'fit'} of epoch {p.get('epoch')}"
+
 def go_on(trainer,           # the `DistributedTrainer` of the fit
-          e:BaseException,   # what left the batch
-         )->int|None:        # the batch of the epoch to go on from; None: `e` is not a loss
-    """After `e` left a training batch under `--on-failure continue`: when the launcher says ranks were lost (within
-    `NOTICE_WAIT` s), agree with the other survivors (`Survivors.agree`), re-form the group (`reform_group`), take the
-    state of the survivor furthest on (`equalize`), reshard the loaders with the global batch kept and wrap the model
-    again (`trainer.rewire`); rank 0 prints one line (`resume_line`). Returns the batch to redo; None when no loss was
-    published, or at once for an error other than a `RuntimeError` (then `e` is the job's own error). Raises
-    `SurvivorError` for a loss it cannot go on after (during validation, at an epoch's end, a global batch that cannot
-    be kept)."""
+          e:BaseException,   # what left the loop
+          what:str='batch',  # where from: 'batch' (a training batch), 'validate' (a validation pass), 'fit' (elsewhere)
+         )->int|None:        # the batch of the epoch to go on from (0: the validation pass again); None: not a loss
+    """After `e` left `what` under `--on-failure continue`: when the launcher says ranks were lost (within
+    `NOTICE_WAIT` s), agree with the other survivors (`Survivors.agree`), re-form the group (`reform_group`, which
+    restarts the heartbeat layer in the new world), take the state of the survivor furthest on (`equalize`), reshard
+    the loaders with the global batch kept and wrap the model again (`trainer.rewire`); rank 0 prints one line
+    (`resume_line`). Returns the batch to redo ('batch'), or 0: the validation pass is done again from its start
+    ('validate'). None when no loss was published, or at once for an error other than a `RuntimeError`, a
+    `SurvivorError` or an error already asked about (then `e` is the job's own error). Raises `SurvivorError` for a
+    loss it cannot go on after, in one line naming the rank, its cause and where: elsewhere in the fit (`what`
+    'fit': the all-reduce of a training pass's losses at its end), survivors in different epochs, a global batch
+    that cannot be kept."""
     learn, sv = trainer.learn, trainer.survivors
-    if sv is None or not isinstance(e, RuntimeError): return None   # a collective's errors are RuntimeErrors
+    if sv is None or not isinstance(e, RuntimeError) or isinstance(e, SurvivorError) or e is trainer.asked:
+        return None   # a collective's errors are RuntimeErrors; one already asked about is the job's own
+    trainer.asked = e
     t_err = time.time()
     new = sv.notice(NOTICE_WAIT)
     if not new: return None
     t0 = time.time()
     detect = t0 - min(t_err, min(l.t for l in new))
-    if not learn.training:
-        raise SurvivorError(f"rank {new[0].rank} was lost ({new[0].cause}) during validation: --on-failure continue "
-                            "redoes training steps only") from e
+    lost = f"rank {new[0].rank} was lost ({new[0].cause})"
+    if what == 'fit':
+        raise SurvivorError(f"{lost} in {_where(learn)}: --on-failure continue goes on from a training batch or a "
+                            "validation pass, not from there; use --on-failure restart with a Checkpoint") from e
+    abort_group(sv.sockets)   # a survivor blocked in a collective with this one fails too, and comes to agree
+    valid = what == 'validate'   # the training pass is over: its every batch done
     stepped = trainer.step_at == (learn.epoch, learn.iter)
-    a = sv.agree(trainer.n_steps, dict(epoch=learn.epoch, batch=learn.iter + stepped), AGREE_TIMEOUT)
+    batch = len(learn.dls.train) if valid else learn.iter + stepped
+    a = sv.agree(trainer.n_steps, dict(epoch=learn.epoch, batch=batch), AGREE_TIMEOUT)
     if a.resume['epoch'] != learn.epoch:
-        raise SurvivorError(f"rank {new[0].rank} was lost ({new[0].cause}) while the survivors were in different "
-                            "epochs (at an epoch's end): not redone") from e
+        raise SurvivorError(f"{lost} while the survivors were in different epochs (at an epoch's end): not "
+                            "redone; use --on-failure restart with a Checkpoint") from e
     t1 = time.time()
     dl = learn.dls.train
     G = dl.batch_size * dl.world_size
     per_rank = _per_rank(G, a.world_size, a.lost)
     reform_group(sv.store, sv.restart, a.gen, a.rank, a.world_size, trainer.backend)
+    sv.sockets = group_sockets(sv.port)   # the new group's connections, for the next loss
     equalize(trainer.inner, learn.opt, a.src)
     t2 = time.time()
     trainer.rewire(per_rank)
     learn.opt.zero_grad(set_to_none=True)
     trainer.n_steps, trainer.step_at = a.steps, None
-    learn.dls.train.start_batch = a.resume['batch']
+    if not valid: learn.dls.train.start_batch = a.resume['batch']
     t3 = time.time()
     if a.rank == 0:
         secs = dict(detect=detect, agree=t1 - t0, **{'re-form': t2 - t1}, resume=t3 - t2)
-        print(resume_line(a, new, G, per_rank, secs), file=sys.stderr, flush=True)
-    return a.resume['batch']
+        print(resume_line(a, new, G, per_rank, secs, valid), file=sys.stderr, flush=True)
+    return 0 if valid else a.resume['batch']
