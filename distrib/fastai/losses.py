@@ -12,7 +12,8 @@ try:
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
 from ..runtime.world import current_world
-from ..losses import item_count, start_sum, finish_sum
+from ..losses import item_count, start_sum, finish_sum, reweigh
+from ..loop import batch_rows_of, shard_world
 
 # %% auto #0
 __all__ = ['ItemMean']
@@ -38,7 +39,6 @@ def sum_over_items(state:Shares, bucket):   # no annotations: DDP checks them (a
         t = f.value()[0]
         return t[:-1].div_(t[-1:].clamp_min(torch.finfo(t.dtype).tiny))
     return fut.then(divide)
-
 
 # %% ../../nbs/44c_fastai.losses.ipynb #36ce90a9
 class ItemMean(Callback):
@@ -75,12 +75,14 @@ class ItemMean(Callback):
     order, run_valid = 9.5, False
     _early = None   # (loss_func, targets, their version, count, its all-reduce or None) of this batch
 
-    def __init__(self, shares:Shares|None=None): self.shares, self._folds, self._clean = shares, False, True
+    def __init__(self, shares:Shares|None=None):
+        self.shares, self._folds, self._clean, self._ga = shares, False, True, None
 
     def before_fit(self):
         """Whether the count may travel with the gradients in this fit (no fastai `GradientAccumulation`); the
         gradients are as the previous fit left them (zero unless it ended in the middle of an accumulation)"""
-        self._folds = self.shares is not None and not any(isinstance(cb, GradientAccumulation) for cb in self.learn.cbs)
+        self._ga = next((cb for cb in self.learn.cbs if isinstance(cb, GradientAccumulation)), None)
+        self._folds = self.shares is not None and self._ga is None
 
     def before_batch(self):
         "Count this batch's items; start their all-reduce, during the forward, unless they travel with the gradients"
@@ -92,12 +94,28 @@ class ItemMean(Callback):
         fold = self._folds and clean and sh.hooked and getattr(learn.model, 'require_backward_grad_sync', False)
         self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, n, None if fold else start_sum(n))
 
+    def _rows(self)->tuple|None:
+        """`(mine, total, W)` of this training step when its ranks hold different numbers of rows (the loader's
+        `batch_rows`: the last step of an unpadded epoch), else None"""
+        dl = self.learn.dl
+        W = shard_world(dl)
+        rows = batch_rows_of(dl) if W > 1 else None
+        return None if rows is None or rows[0]*W == rows[1] else (*rows, W)
+
     def before_backward(self):
         """Scale this rank's `loss_grad` (its batch mean, and what callbacks added to it in `after_loss`): by `n` (the
-        hook divides by `N`), or by `n*W/N`"""
-        early, self._early = self._early, None
+        hook divides by `N`), or by `n*W/N`; a loss `item_count` does not know, in a step of uneven rows, by this
+        rank's share of the step's rows (`mine*W/total`, no collective; `GradientAccumulation` weighs its own). The
+        loss the `Recorder` reads (`learn.loss`, its mean over the ranks gathered by fastai) is weighed by the rows
+        in such a step (0 for an empty batch, whose mean is NaN)"""
+        early, self._early, rows = self._early, None, self._rows()
+        learn, ga = self.learn, self._ga
+        if rows is not None:
+            mine, total, W = rows
+            learn.loss = reweigh(learn.loss, mine*W/total)
+            if early is None and ga is None: learn.loss_grad = reweigh(learn.loss_grad, mine*W/total)
         if early is None: return
-        learn, (lf, targ, version, n, work) = self.learn, early
+        lf, targ, version, n, work = early
         N = None if work is None else finish_sum(work, n.device)   # the other ranks started it too: waited for first
         if not (lf is learn.loss_func and len(learn.yb) == 1 and learn.yb[0] is targ and targ._version == version):
             raise RuntimeError("ItemMean counted this batch's targets in before_batch (its order is 9.5), and learn.yb "
@@ -106,6 +124,8 @@ class ItemMean(Callback):
         lg = learn.loss_grad
         if N is None: f, self.shares.share = n.to(lg.dtype), n
         else: f = (n*current_world().world_size/N.clamp_min(torch.finfo(N.dtype).tiny)).to(lg.dtype)
+        if rows is not None and ga is not None and rows[0]:   # the micro-batch weighs its items, not its rows
+            f = f*(rows[1]/(rows[2]*rows[0]))
         learn.loss_grad = torch.where(n > 0, lg*f, torch.zeros_like(lg))
 
     def after_cancel_batch(self):
