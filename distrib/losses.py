@@ -16,8 +16,8 @@ from .data import find_bs
 from .loop import is_sharded, shard_world, batch_rows_of
 
 # %% auto #0
-__all__ = ['count_dtype', 'item_count', 'sum_and_count', 'batch_loss', 'start_sum', 'finish_sum', 'reweigh', 'scale_grads_',
-           'ItemMean']
+__all__ = ['count_dtype', 'item_count', 'sum_and_count', 'batch_loss', 'start_sum', 'finish_sum', 'reweigh', 'uneven_rows',
+           'item_share', 'check_counted', 'scale_grads_', 'ItemMean']
 
 # %% ../nbs/12a_losses.ipynb #4c326bdf
 def count_dtype(device:torch.device)->torch.dtype:
@@ -201,6 +201,36 @@ def reweigh(lg:torch.Tensor, f:float)->torch.Tensor:
     if f: return lg*f
     return torch.where(torch.zeros((), dtype=torch.bool, device=lg.device), lg, torch.zeros_like(lg))
 
+def uneven_rows(dl)->tuple|None:
+    """`(mine, total, W)`: the rows of the training batch loader `dl` yielded last, on this rank and over its `W`
+    ranks, when the ranks' rows differ (the last step of an unpadded epoch: `batch_rows`, the loop protocol's
+    optional loader member); None when they are equal, unknown, or there is one rank. A batch mean is then weighed by
+    `mine*W/total` (`reweigh`), with no collective; each loop's `ItemMean` asks it once per training batch"""
+    W = shard_world(dl)
+    rows = batch_rows_of(dl) if W > 1 else None
+    return None if rows is None or rows[0]*W == rows[1] else (*rows, W)
+
+def item_share(n:torch.Tensor, # this rank's count of items (0-d, `count_dtype`)
+               N:torch.Tensor, # the step's count over all ranks (0-d)
+               W:int,          # the number of ranks DDP averages over
+               dtype:torch.dtype, # the dtype of the loss it scales
+              )->torch.Tensor:  # 0-d, `dtype`
+    """`n*W/N`: the factor of a rank's batch mean over its `n` items that makes DDP's mean over `W` ranks the step's
+    mean over its `N` items (0 where `N` is 0, with `n`)"""
+    return (n*W/N.clamp_min(torch.finfo(N.dtype).tiny)).to(dtype)
+
+def check_counted(learn, counted:tuple, order:float):
+    """Raise `RuntimeError` unless `learn.loss_func` and `learn.yb` are those an `ItemMean` of order `order` counted in
+    `before_batch`: `counted` is `(loss_func, targets, targets._version, ...)`, what it noted then (a callback of a
+    higher order changed them after)"""
+    lf, targ, version = counted[:3]
+    yb = learn.yb
+    if lf is learn.loss_func and len(yb) == 1 and yb[0] is targ and targ._version == version: return
+    raise RuntimeError(
+        f"ItemMean counted this batch's targets in before_batch (its order is {order}) to sum the count over the "
+        "ranks during the forward, and learn.yb or learn.loss_func changed after that: give the callback that "
+        f"changes them an order below {order} (or change them before the batch reaches the Learner)")
+
 @torch.no_grad()
 def scale_grads_(params,                # parameters (DTensor ones too); those whose `.grad` is None are left
                  factor:torch.Tensor,   # a 0-d tensor, on any device
@@ -266,22 +296,13 @@ class ItemMean(Callback):
             self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, None)
         elif m is not None and self._whole_step():
             self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, start_sum(_count(m, learn.yb[0])))
-    def _check_early(self, early:tuple):
-        "`RuntimeError` unless the loss and targets are those `before_batch` counted"
-        lf, targ, version, _ = early
-        yb = self.learn.yb
-        if lf is self.learn.loss_func and len(yb) == 1 and yb[0] is targ and targ._version == version: return
-        raise RuntimeError(
-            "ItemMean counted this batch's targets in before_batch (its order is 8) to sum the count over the ranks "
-            "during the forward, and learn.yb or learn.loss_func changed after that: give the callback that changes "
-            "them an order below 8 (or change them before the batch reaches the Learner)")
     def before_backward(self):
         learn, early, self._early = self.learn, self._early, None
-        if early is not None: self._check_early(early)
+        if early is not None: check_counted(learn, early, self.order)
         if not learn.training: return
         W = self._ws
-        rows = batch_rows_of(learn.dl) if W > 1 else None   # (mine, total): the step's rows, where the loader knows
-        uneven = rows is not None and rows[0]*W != rows[1]
+        rows = uneven_rows(learn.dl) if W > 1 else None   # (mine, total, W): uneven rows, where the loader says
+        uneven = rows is not None
         if learn.loss_sum is None:   # a batch mean: weighed by its rows (GradientAccumulation weighs its own)
             ga = getattr(learn, 'gradient_accumulation', None)
             if uneven and (ga is None or not ga.active): learn.loss_grad = reweigh(learn.loss_grad, rows[0]*W/rows[1])
@@ -294,7 +315,7 @@ class ItemMean(Callback):
                 if uneven: learn.loss_grad = reweigh(learn.loss_grad, rows[0]*W/rows[1])
                 return
             self.n_items = N = finish_sum(early[-1] if early else start_sum(n), n.device)
-            learn.loss_grad = learn.loss_grad * (n*W/N.clamp_min(torch.finfo(N.dtype).tiny)).to(learn.loss_grad.dtype)
+            learn.loss_grad = learn.loss_grad * item_share(n, N, W, learn.loss_grad.dtype)
             return
         ga = learn.gradient_accumulation
         if self.scale is None:   # the first window: the power of two near W/n_acc (a fill: no host-to-device copy)

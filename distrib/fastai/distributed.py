@@ -32,10 +32,11 @@ from ..losses import reweigh
 from ..learner import Learner as DistribLearner
 from ..model import model_device, unwrap_model
 from ..strategies import ddp, dp
+from ..strategies.ddp import ItemShares
 import distrib.strategies.context  # noqa: its distrib_ctx, on distrib's Learner, is the one fastai's gets
 from .data import ShardedDL
 from .metrics import check_metrics, sync_metrics, gather_preds
-from .losses import ItemMean, Shares, sum_over_items
+from .losses import ItemMean
 from .mixup import MixDraws
 
 # %% auto #0
@@ -149,25 +150,13 @@ class DistributedTrainer(ddp.DistributedTrainer):
         check_metrics(self.learn.metrics)
         self.watch = LoopWatch(first=True)
         self.watch_body = LoopWatch(first=False, partner=self.watch, at_end=self.after_all_fit)
-        self.shares = Shares()   # of the DDP hook `wrap_model` registers
+        self.shares = ItemShares()   # the state of the DDP hook `sum_over_items`, which `wrap_model` registers
         super().wrap()
         self.items, self.mix = ItemMean(self.shares), MixDraws()
         self.learn.add_cbs([self.watch, self.watch_body, self.items, self.mix])
         self.splitter = self.learn.splitter   # fastai's create_opt splits the model it holds: the plain module
         self.learn.splitter = lambda m: self.splitter(unwrap_model(m))
         self.trainable, self.acc = self._trainable(), []
-
-    def wrap_model(self, model, device, compile_opts):
-        """distrib's (`model` in DDP), with DDP's communication hook `sum_over_items`, with which `ItemMean`'s count
-        travels with the gradients, when the user gave no `comm_hook`, nothing is compiled, and the parameters that
-        train are float32 or float64 (a count summed in float16 or bfloat16 would not be exact)"""
-        ddp, sh = super().wrap_model(model, device, compile_opts), self.shares
-        sh.hooked = (self.comm_hook is None and compile_opts is None and not self.compiled
-                     and all(p.dtype in (torch.float32, torch.float64) for p in model.parameters() if p.requires_grad))
-        if sh.hooked:
-            sh.group = ddp.process_group
-            ddp.register_comm_hook(sh, sum_over_items)
-        return ddp
 
     def unwrap(self):
         if self.model is None: return

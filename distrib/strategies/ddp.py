@@ -26,8 +26,8 @@ from .preflight import preflight_check, check_models, check_loader
 from .compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets
 
 # %% auto #0
-__all__ = ['DistributedModule', 'check_kwargs', 'train_device', 'convert_sync_batchnorm', 'revert_sync_batchnorm',
-           'DistributedTrainer']
+__all__ = ['DistributedModule', 'check_kwargs', 'ItemShares', 'sum_over_items', 'train_device', 'convert_sync_batchnorm',
+           'revert_sync_batchnorm', 'DistributedTrainer']
 
 # %% ../../nbs/32_strategies.ddp.ipynb #7062c4b2
 _UNUSED_HINT = ("\n\ndistrib: some parameters got no gradient in the last backward (a branch the forward skips?). "
@@ -90,6 +90,38 @@ def _register_comm_hook(ddp:DistributedDataParallel, comm_hook:str|None, state=N
                         f"the process group's is {dist.get_backend(ddp.process_group)!r}: use comm_hook='fp16' or None")
     if state is None and comm_hook == 'powersgd': state = powerSGD_hook.PowerSGDState(process_group=None)
     ddp.register_comm_hook(state, _COMM_HOOKS[comm_hook])
+
+class ItemShares:
+    """The state of DDP's communication hook `sum_over_items`: `share`, this rank's share of what the summed
+    gradients of the coming backward are divided by (a 0-d tensor; None: 1, DDP's mean over the ranks); `hooked`,
+    whether the hook is registered on the trainer's DDP now; `group`, DDP's process group"""
+    def __init__(self): self.share, self.hooked, self.group = None, False, None
+
+    def register(self, ddp:DistributedDataParallel, free:bool)->bool:
+        """Register `sum_over_items` with this state on `ddp` when `free` (no communication hook of the user's,
+        nothing compiled) and the parameters that train are float32 or float64 (a count summed in float16 or bfloat16
+        would not be exact); sets and returns `hooked`"""
+        params = [p for p in ddp.module.parameters() if p.requires_grad]
+        self.hooked = free and all(p.dtype in (torch.float32, torch.float64) for p in params)
+        if self.hooked:
+            self.group = ddp.process_group
+            ddp.register_comm_hook(self, sum_over_items)
+        return self.hooked
+
+def sum_over_items(state:ItemShares, bucket):   # no annotations: DDP checks them (a string here)
+    """A DDP communication hook (`DistributedDataParallel.register_comm_hook`): one all-reduce (sum) of the bucket's
+    gradients with this rank's `state.share` (1 when None) appended as one more element, then the gradients divided
+    by the summed shares. With every rank's share 1, DDP's own mean over the ranks; with every rank's gradient that
+    of its items' summed loss and its share their count, the mean over the global batch's items: the count travels
+    with the gradients, no collective of its own. The shares are summed in the gradients' dtype (float32: exact to
+    2**24 items a step, beyond that within float32's round-off). Returns the future of the divided gradients."""
+    g, s = bucket.buffer(), state.share
+    share = torch.ones(1, dtype=g.dtype, device=g.device) if s is None else s.reshape(1).to(g.device, g.dtype)
+    fut = dist.all_reduce(torch.cat([g, share]), group=state.group, async_op=True).get_future()
+    def divide(f):
+        t = f.value()[0]
+        return t[:-1].div_(t[-1:].clamp_min(torch.finfo(t.dtype).tiny))
+    return fut.then(divide)
 
 # %% ../../nbs/32_strategies.ddp.ipynb #f6d38f16
 def train_device(model:nn.Module, # the Learner's model, unwrapped
@@ -174,11 +206,13 @@ class DistributedTrainer(Callback):
         **ddp_kwargs: passed to `DistributedDataParallel` (`find_unused_parameters`, `static_graph`,
             `gradient_as_bucket_view`, `broadcast_buffers`, `bucket_cap_mb`, ...).
 
-    The model is wrapped in a `DistributedModule`. Raises `ValueError` for an unknown `comm_hook`, `TypeError` for
-    a keyword DDP or `torch.compile` does not take, and, in `wrap`, `RuntimeError` in a world of one process
-    without a process group (launch the script with `python -m distrib.launch`), `ValueError` for `sync_bn=True`
-    on a device other than CUDA and for a `bucket_cap_mb` below 1 MiB with compile (`check_ddp_buckets`)."""
-    order = 11
+    The model is wrapped in a `DistributedModule`. `shares` (None; an `ItemShares` set by a loop before `wrap`): the
+    state of the count-carrying hook `sum_over_items`, which `wrap_model` then registers. Raises `ValueError` for an
+    unknown `comm_hook`, `TypeError` for a keyword DDP or `torch.compile` does not take, and, in `wrap`,
+    `RuntimeError` in a world of one process without a process group (launch the script with
+    `python -m distrib.launch`), `ValueError` for `sync_bn=True` on a device other than CUDA and for a
+    `bucket_cap_mb` below 1 MiB with compile (`check_ddp_buckets`)."""
+    order, shares = 11, None
     def __init__(self, device=None, sync_bn:bool|None=None, comm_hook:str|None=None, comm_hook_state=None,
                  compile:bool|dict|None=None, **ddp_kwargs):
         _check_comm_hook(comm_hook)
@@ -229,9 +263,11 @@ class DistributedTrainer(Callback):
     def wrap_model(self, model:nn.Module, device:torch.device, compile_opts:dict|None)->nn.Module:
         """`model` (the Learner's plain module) on `device` (a `torch.device`), in a `DistributedModule` with its
         communication hook (and SyncBatchNorm); `compile_opts`, `torch.compile`'s options or None. The hook a
-        trainer of another strategy or loop overrides (`FSDPTrainer` shards the model instead; `distrib.fastai`'s
-        trainer adds its communication hook), with `undo_wrap`: `wrap` calls it, and `distrib.fastai` again when
-        `fine_tune` changes what trains. Returns the wrapped module; the Learner is unchanged if it raises."""
+        trainer of another strategy overrides (`FSDPTrainer` shards the model instead), with `undo_wrap`: `wrap`
+        calls it, and `distrib.fastai` again when `fine_tune` changes what trains. With `shares` (an `ItemShares`: a
+        loop whose `ItemMean` carries its count with the gradients, `distrib.fastai`'s), DDP's all-reduce is
+        `sum_over_items` where it can be (`ItemShares.register`). Returns the wrapped module; the Learner is
+        unchanged if it raises."""
         sync = _sync_bn(self.sync_bn, model, device)
         if compile_opts is not None: check_ddp_buckets(self.ddp_kwargs.get('bucket_cap_mb'))
         move_model(model, self.learn.opt, device)  # the optimizer's state too: a Learner that trained before
@@ -243,6 +279,8 @@ class DistributedTrainer(Callback):
         self.forward_collective = ("DistributedDataParallel's buffer broadcast in forward" if ddp.broadcast_buffers
                                    and any(True for _ in model.buffers()) else None)
         _register_comm_hook(ddp, self.comm_hook, self.comm_hook_state)
+        if self.shares is not None:   # a loop whose ItemMean carries its count with the gradients
+            self.shares.register(ddp, self.comm_hook is None and compile_opts is None and not self.compiled)
         return ddp
 
     def _compiled_modules(self, model:nn.Module)->list:
