@@ -40,10 +40,13 @@ On the Learner side the progress bar is drawn (to a sink that says it is a termi
   equal on every rank without asking (`ItemMean`'s `known_equal`): no collective of the count, as A.
 - ddp_items (not in the default sections): the ddp section with a loss over items on both sides (issue 33): A sums
   the loss, all-reduces the count of valid targets and divides by it before the backward (torchtitan's way, the
-  all-reduce waited for at once); B is the Learner with `nn.CrossEntropyLoss()`, whose `ItemMean` starts the count's
-  all-reduce in `before_batch` and waits for it before the backward. One training target in 8 is -100 on both sides
-  (`make_data(ignore=True)`), so that the ranks' counts are not known equal (without it, B's `ItemMean` knows them
-  equal and does no all-reduce at all: it measured nothing of the count's cost). Against the ddp section's ratio, it measures
+  all-reduce waited for at once); B is the Learner with `nn.CrossEntropyLoss()`, whose count travels with the
+  gradients (DDP's hook `sum_over_items`, issue 47; before it, `ItemMean` started the count's all-reduce in
+  `before_batch` and waited for it before the backward: B/A 0.998 to 1.002 in 3 alternated runs, against 1.019 to
+  1.026 with the hook). One training target in 8 is -100 on both sides (`make_data(ignore=True)`), so that the ranks'
+  counts are not known equal (without it, B's `ItemMean` knows them equal and sums no count: it measured nothing of
+  the count's cost). The two sides' results then differ by 2.5e-4 to 4.9e-4 (DIFFER): 256 Adam steps of float
+  rounding in a different order (B weighs each rank's batch mean, A scales the summed loss). Against the ddp section's ratio, it measures
   what the one extra all-reduce of one number per step costs distrib (the hand-written loop pays it too).
 
 With `--device cuda` the model, the batches and the all-reduced sums are on the GPU (`cuda:<local rank>`, or

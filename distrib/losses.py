@@ -16,8 +16,8 @@ from .data import find_bs
 from .loop import is_sharded, shard_world, batch_rows_of
 
 # %% auto #0
-__all__ = ['count_dtype', 'item_count', 'sum_and_count', 'batch_loss', 'start_sum', 'finish_sum', 'reweigh', 'uneven_rows',
-           'item_share', 'check_counted', 'scale_grads_', 'ItemMean']
+__all__ = ['count_dtype', 'item_count', 'sum_and_count', 'batch_loss', 'start_sum', 'finish_sum', 'counts_may_differ', 'reweigh',
+           'uneven_rows', 'item_share', 'check_counted', 'scale_grads_', 'ItemMean']
 
 # %% ../nbs/12a_losses.ipynb #4c326bdf
 def count_dtype(device:torch.device)->torch.dtype:
@@ -194,6 +194,19 @@ def _counts_known_equal(learn, order:int, checked:dict)->bool:
     facts = [size, int(even), dl.batch_size, int(dl.drop_last), t[:1].numel()] if ok else [0]*5
     return _agree([int(ok), *facts]) and ok
 
+def counts_may_differ(loss_func, dl)->bool:
+    """Whether the ranks' counts of items of `loss_func` (a loss `item_count` knows) may differ at a step of training
+    loader `dl`, as far as one rank sees without a collective: False for a loss `item_count` does not know (nothing to
+    count), and for a loader whose targets are known (`dataset_targets`, read with default collation) when the loss
+    has no class `weight` and no target is its `ignore_index` (a batch's count is its rows': the same on every rank,
+    or the step's known rows); True otherwise"""
+    m = _loss_module(loss_func)
+    if m is None: return False
+    f = getattr(dl, 'dataset_targets', None) if is_sharded(dl) else None
+    t = f() if callable(f) else None
+    if m.weight is not None or t is None or t.is_floating_point(): return True
+    return bool((t == m.ignore_index).any())
+
 def reweigh(lg:torch.Tensor, f:float)->torch.Tensor:
     """`lg * f`, the loss a rank's backward sees weighed by its share `f` of the step's rows; 0 for `f == 0` (an
     empty batch, whose batch mean is NaN), with the graph kept: the gradients are zeros, and every rank's backward
@@ -255,7 +268,12 @@ class ItemMean(Callback):
     Where every rank's count is known to be the same at every step (`_counts_known_equal`: a classifier's
     `nn.CrossEntropyLoss()` over a `TensorDataset` whose targets hold no `ignore_index`, in a `DistributedDL`), the
     step's count is this rank's times the world size, with no collective (one per training pass checks the rule on
-    every rank). Otherwise, once per optimizer step on several ranks, one all-reduce of one number on its own device
+    every rank). Otherwise, in a whole step (no accumulation) under DDP with the count-carrying hook
+    (`distrib.strategies.ddp.sum_over_items`, which the trainer registers for a loss `item_count` knows, without a
+    `comm_hook` of the user's or `compile`), the count travels with the gradients: `loss_grad` becomes the batch's
+    summed loss, the count this rank's share, and DDP's all-reduce divides the summed gradients by the summed counts
+    (measured: `bench/overhead.py --sections ddp_items`, B/A 1.019-1.026 against 0.998-1.002 with the all-reduce of
+    its own). Otherwise, once per optimizer step on several ranks, one all-reduce of one number on its own device
     with the group's backend for it (NCCL for a CUDA count under `'cpu:gloo,cuda:nccl'`: no host sync), started as
     soon as the count is known (`before_batch` for a loss `item_count` knows, the last micro-batch's
     `before_backward` in an accumulation window) and waited for where it is needed; in a window, one multiplication
@@ -269,6 +287,7 @@ class ItemMean(Callback):
                                                     # window's count known equal (no all-reduce)
     _known = _window_N = None   # the loss whose counts are known in this pass, if any; a known window's count
     _per_row = 1                # the items of a row of targets, where the counts are known
+    _shares, _clean = None, True
     def before_fit(self):
         self.n_items = self.scale = self.window = self._early = self._work = self._known = None
         self.pending, self._checked = False, {}
@@ -279,6 +298,7 @@ class ItemMean(Callback):
                  and _counts_known_equal(self.learn, self.order, self._checked))
         self._known = lf if known else None
         self._per_row = self.learn.dl.dataset_targets()[:1].numel() if known else 1   # items per row of targets
+        self._shares = next((s for cb in self.learn.cbs if hasattr(s := getattr(cb, 'shares', None), 'hooked')), None)
     def world_changed(self):
         "The world changed in the middle of a training pass (survivors of a lost rank): its size and counts read again"
         self.before_train()
@@ -288,14 +308,17 @@ class ItemMean(Callback):
         return ga is None or not ga.active or (ga.last and ga.count == 0)
     def before_batch(self):
         "A whole step of a loss `item_count` knows, on several ranks: start the count's all-reduce, during the forward"
-        self._early = None
-        learn = self.learn
+        self._early, learn, sh = None, self.learn, self._shares
         if not learn.training or self._ws == 1: return
+        clean, self._clean = self._clean, False
+        if sh is not None: sh.share = None
         m = _item_loss(learn.loss_func, learn.yb)
         if m is not None and learn.loss_func is self._known:   # nothing to sum: guard the targets counted
             self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, None)
         elif m is not None and self._whole_step():
-            self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, start_sum(_count(m, learn.yb[0])))
+            fold = sh is not None and sh.hooked and clean and getattr(learn.model, 'require_backward_grad_sync', False)
+            self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version,
+                           'fold' if fold else start_sum(_count(m, learn.yb[0])))
     def before_backward(self):
         learn, early, self._early = self.learn, self._early, None
         if early is not None: check_counted(learn, early, self.order)
@@ -314,6 +337,11 @@ class ItemMean(Callback):
                 self.n_items = n if W == 1 else N_known
                 if uneven: learn.loss_grad = reweigh(learn.loss_grad, rows[0]*W/rows[1])
                 return
+            if early is not None and isinstance(early[-1], str):   # the count travels with the gradients
+                self._shares.share, self.n_items = n, None   # n_items: the hook's sum, after the backward
+                learn.loss_grad = torch.where(n > 0, learn.loss_grad*n.to(learn.loss_grad.dtype),
+                                              torch.zeros_like(learn.loss_grad))
+                return
             self.n_items = N = finish_sum(early[-1] if early else start_sum(n), n.device)
             learn.loss_grad = learn.loss_grad * item_share(n, N, W, learn.loss_grad.dtype)
             return
@@ -326,6 +354,13 @@ class ItemMean(Callback):
         learn.loss_grad = learn.loss_grad * (n*self.scale).to(learn.loss_grad.dtype)
         self._window_known = known
         if ga.last and W > 1 and not known: self._work = start_sum(self.window)   # runs during this last backward
+    def after_backward(self):
+        "The step's count over the ranks, where it travelled with the gradients (`sum_over_items`'s sum)"
+        sh = self._shares
+        if sh is not None and sh.share is not None: self.n_items, sh.share = sh.total, None
+    def after_step(self):
+        "The Learner zeroes the gradients next: the next batch's start at zero"
+        self._clean = True
     def before_step(self):
         "At the end of a window: the step's count over the ranks, every gradient times `W/(c·N)`"
         if not self.pending: return
