@@ -108,7 +108,7 @@ class ItemShares:
     """The state of DDP's communication hook `sum_over_items`: `share`, this rank's share of what the summed
     gradients of the coming backward are divided by (a 0-d tensor; None: 1, DDP's mean over the ranks); `hooked`,
     whether the hook is registered on the trainer's DDP now; `group`, DDP's process group; `total`, the summed shares
-    of the last backward that had a share (a 1-element tensor on the gradients' device)"""
+    of the last backward that had a share (a 0-d tensor, in the gradients' dtype)"""
     def __init__(self): self.share, self.hooked, self.group, self.total = None, False, None, None
 
     def register(self, ddp:DistributedDataParallel, free:bool)->bool:
@@ -138,7 +138,7 @@ def sum_over_items(state:ItemShares, bucket):   # no annotations: DDP checks the
     fut = dist.all_reduce(torch.cat([g, share]), group=state.group, async_op=True).get_future()
     def divide(f):
         t = f.value()[0]
-        state.total = t[-1:]
+        state.total = t[-1]
         return t[:-1].div_(t[-1:].clamp_min(torch.finfo(t.dtype).tiny))
     return fut.then(divide)
 
