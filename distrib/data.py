@@ -13,8 +13,8 @@ from .runtime.world import current_world, pg_initialized
 from .runtime.collectives import comm_device
 
 # %% auto #0
-__all__ = ['index_shuffle', 'ShardIdxs', 'shard_idxs', 'DistributedDL', 'iter_shard', 'IterableShards', 'DataLoaders', 'find_bs',
-           'items_fingerprint']
+__all__ = ['index_shuffle', 'ShardIdxs', 'shard_idxs', 'no_rows', 'DistributedDL', 'iter_shard', 'IterableShards', 'DataLoaders',
+           'find_bs', 'items_fingerprint']
 
 # %% ../nbs/11_data.ipynb #c1a7f3e1
 _M32 = 0xFFFFFFFF   # the round function works on 32-bit words held in int64 tensors
@@ -209,15 +209,15 @@ class _ShardBatchSampler:
         # a list pickles to a worker faster than a tensor (no shared memory)
         return (b.tolist() for b in batches) if self.as_list else batches
 
-def _no_rows(b):
+def no_rows(b):
     """Batch `b` with no row: each tensor of at least one dimension cut to 0 rows, each list or tuple of strings or
     numbers (a collated column) emptied, the rest (0-d tensors, other values) as they are; nested tuples, lists and
     dicts keep their structure"""
     if isinstance(b, torch.Tensor): return b[:0] if b.dim() else b
-    if isinstance(b, dict): return type(b)({k: _no_rows(v) for k, v in b.items()})
+    if isinstance(b, dict): return type(b)({k: no_rows(v) for k, v in b.items()})
     if isinstance(b, (list, tuple)):
         if b and all(isinstance(o, (str, bytes, int, float)) for o in b): return b[:0]
-        r = [_no_rows(o) for o in b]
+        r = [no_rows(o) for o in b]
         return r if type(b) is list else tuple(r) if type(b) is tuple else type(b)(*r)
     return b
 
@@ -420,7 +420,7 @@ class DistributedDL:
             total = min(W*B, self.n - p)     # the step's samples over all ranks
             mine = len(range((self.rank - p) % W, total, W))   # this rank's: the items p + i, i = rank - p mod W
             if mine: last = next(it)
-            else: last = _no_rows(last if last is not None else self._one_sample(p))
+            else: last = no_rows(last if last is not None else self._one_sample(p))
             self.batch_rows = (mine, total)
             yield last
 

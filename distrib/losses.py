@@ -16,8 +16,8 @@ from .data import find_bs
 from .loop import is_sharded, shard_world, batch_rows_of
 
 # %% auto #0
-__all__ = ['count_dtype', 'item_count', 'sum_and_count', 'batch_loss', 'start_sum', 'finish_sum', 'reweigh', 'scale_grads_',
-           'ItemMean']
+__all__ = ['count_dtype', 'item_count', 'sum_and_count', 'batch_loss', 'start_sum', 'finish_sum', 'counts_may_differ', 'reweigh',
+           'uneven_rows', 'item_share', 'check_counted', 'scale_grads_', 'ItemMean']
 
 # %% ../nbs/12a_losses.ipynb #4c326bdf
 def count_dtype(device:torch.device)->torch.dtype:
@@ -194,12 +194,55 @@ def _counts_known_equal(learn, order:int, checked:dict)->bool:
     facts = [size, int(even), dl.batch_size, int(dl.drop_last), t[:1].numel()] if ok else [0]*5
     return _agree([int(ok), *facts]) and ok
 
+def counts_may_differ(loss_func, dl)->bool:
+    """Whether the ranks' counts of items of `loss_func` (a loss `item_count` knows) may differ at a step of training
+    loader `dl`, as far as one rank sees without a collective: False for a loss `item_count` does not know (nothing to
+    count), and for a loader whose targets are known (`dataset_targets`, read with default collation) when the loss
+    has no class `weight` and no target is its `ignore_index` (a batch's count is its rows': the same on every rank,
+    or the step's known rows); True otherwise"""
+    m = _loss_module(loss_func)
+    if m is None: return False
+    f = getattr(dl, 'dataset_targets', None) if is_sharded(dl) else None
+    t = f() if callable(f) else None
+    if m.weight is not None or t is None or t.is_floating_point(): return True
+    return bool((t == m.ignore_index).any())
+
 def reweigh(lg:torch.Tensor, f:float)->torch.Tensor:
     """`lg * f`, the loss a rank's backward sees weighed by its share `f` of the step's rows; 0 for `f == 0` (an
     empty batch, whose batch mean is NaN), with the graph kept: the gradients are zeros, and every rank's backward
     takes part in the collectives"""
     if f: return lg*f
     return torch.where(torch.zeros((), dtype=torch.bool, device=lg.device), lg, torch.zeros_like(lg))
+
+def uneven_rows(dl)->tuple|None:
+    """`(mine, total, W)`: the rows of the training batch loader `dl` yielded last, on this rank and over its `W`
+    ranks, when the ranks' rows differ (the last step of an unpadded epoch: `batch_rows`, the loop protocol's
+    optional loader member); None when they are equal, unknown, or there is one rank. A batch mean is then weighed by
+    `mine*W/total` (`reweigh`), with no collective; each loop's `ItemMean` asks it once per training batch"""
+    W = shard_world(dl)
+    rows = batch_rows_of(dl) if W > 1 else None
+    return None if rows is None or rows[0]*W == rows[1] else (*rows, W)
+
+def item_share(n:torch.Tensor, # this rank's count of items (0-d, `count_dtype`)
+               N:torch.Tensor, # the step's count over all ranks (0-d)
+               W:int,          # the number of ranks DDP averages over
+               dtype:torch.dtype, # the dtype of the loss it scales
+              )->torch.Tensor:  # 0-d, `dtype`
+    """`n*W/N`: the factor of a rank's batch mean over its `n` items that makes DDP's mean over `W` ranks the step's
+    mean over its `N` items (0 where `N` is 0, with `n`)"""
+    return (n*W/N.clamp_min(torch.finfo(N.dtype).tiny)).to(dtype)
+
+def check_counted(learn, counted:tuple, order:float):
+    """Raise `RuntimeError` unless `learn.loss_func` and `learn.yb` are those an `ItemMean` of order `order` counted in
+    `before_batch`: `counted` is `(loss_func, targets, targets._version, ...)`, what it noted then (a callback of a
+    higher order changed them after)"""
+    lf, targ, version = counted[:3]
+    yb = learn.yb
+    if lf is learn.loss_func and len(yb) == 1 and yb[0] is targ and targ._version == version: return
+    raise RuntimeError(
+        f"ItemMean counted this batch's targets in before_batch (its order is {order}) to sum the count over the "
+        "ranks during the forward, and learn.yb or learn.loss_func changed after that: give the callback that "
+        f"changes them an order below {order} (or change them before the batch reaches the Learner)")
 
 @torch.no_grad()
 def scale_grads_(params,                # parameters (DTensor ones too); those whose `.grad` is None are left
@@ -225,7 +268,12 @@ class ItemMean(Callback):
     Where every rank's count is known to be the same at every step (`_counts_known_equal`: a classifier's
     `nn.CrossEntropyLoss()` over a `TensorDataset` whose targets hold no `ignore_index`, in a `DistributedDL`), the
     step's count is this rank's times the world size, with no collective (one per training pass checks the rule on
-    every rank). Otherwise, once per optimizer step on several ranks, one all-reduce of one number on its own device
+    every rank). Otherwise, in a whole step (no accumulation) under DDP with the count-carrying hook
+    (`distrib.strategies.ddp.sum_over_items`, which the trainer registers for a loss `item_count` knows, without a
+    `comm_hook` of the user's or `compile`), the count travels with the gradients: `loss_grad` becomes the batch's
+    summed loss, the count this rank's share, and DDP's all-reduce divides the summed gradients by the summed counts
+    (measured: `bench/overhead.py --sections ddp_items`, B/A 1.019-1.026 against 0.998-1.002 with the all-reduce of
+    its own). Otherwise, once per optimizer step on several ranks, one all-reduce of one number on its own device
     with the group's backend for it (NCCL for a CUDA count under `'cpu:gloo,cuda:nccl'`: no host sync), started as
     soon as the count is known (`before_batch` for a loss `item_count` knows, the last micro-batch's
     `before_backward` in an accumulation window) and waited for where it is needed; in a window, one multiplication
@@ -239,6 +287,7 @@ class ItemMean(Callback):
                                                     # window's count known equal (no all-reduce)
     _known = _window_N = None   # the loss whose counts are known in this pass, if any; a known window's count
     _per_row = 1                # the items of a row of targets, where the counts are known
+    _shares, _clean = None, True
     def before_fit(self):
         self.n_items = self.scale = self.window = self._early = self._work = self._known = None
         self.pending, self._checked = False, {}
@@ -249,6 +298,7 @@ class ItemMean(Callback):
                  and _counts_known_equal(self.learn, self.order, self._checked))
         self._known = lf if known else None
         self._per_row = self.learn.dl.dataset_targets()[:1].numel() if known else 1   # items per row of targets
+        self._shares = next((s for cb in self.learn.cbs if hasattr(s := getattr(cb, 'shares', None), 'hooked')), None)
     def world_changed(self):
         "The world changed in the middle of a training pass (survivors of a lost rank): its size and counts read again"
         self.before_train()
@@ -258,30 +308,24 @@ class ItemMean(Callback):
         return ga is None or not ga.active or (ga.last and ga.count == 0)
     def before_batch(self):
         "A whole step of a loss `item_count` knows, on several ranks: start the count's all-reduce, during the forward"
-        self._early = None
-        learn = self.learn
+        self._early, learn, sh = None, self.learn, self._shares
         if not learn.training or self._ws == 1: return
+        clean, self._clean = self._clean, False
+        if sh is not None: sh.share = None
         m = _item_loss(learn.loss_func, learn.yb)
         if m is not None and learn.loss_func is self._known:   # nothing to sum: guard the targets counted
             self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, None)
         elif m is not None and self._whole_step():
-            self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, start_sum(_count(m, learn.yb[0])))
-    def _check_early(self, early:tuple):
-        "`RuntimeError` unless the loss and targets are those `before_batch` counted"
-        lf, targ, version, _ = early
-        yb = self.learn.yb
-        if lf is self.learn.loss_func and len(yb) == 1 and yb[0] is targ and targ._version == version: return
-        raise RuntimeError(
-            "ItemMean counted this batch's targets in before_batch (its order is 8) to sum the count over the ranks "
-            "during the forward, and learn.yb or learn.loss_func changed after that: give the callback that changes "
-            "them an order below 8 (or change them before the batch reaches the Learner)")
+            fold = sh is not None and sh.hooked and clean and getattr(learn.model, 'require_backward_grad_sync', False)
+            self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version,
+                           'fold' if fold else start_sum(_count(m, learn.yb[0])))
     def before_backward(self):
         learn, early, self._early = self.learn, self._early, None
-        if early is not None: self._check_early(early)
+        if early is not None: check_counted(learn, early, self.order)
         if not learn.training: return
         W = self._ws
-        rows = batch_rows_of(learn.dl) if W > 1 else None   # (mine, total): the step's rows, where the loader knows
-        uneven = rows is not None and rows[0]*W != rows[1]
+        rows = uneven_rows(learn.dl) if W > 1 else None   # (mine, total, W): uneven rows, where the loader says
+        uneven = rows is not None
         if learn.loss_sum is None:   # a batch mean: weighed by its rows (GradientAccumulation weighs its own)
             ga = getattr(learn, 'gradient_accumulation', None)
             if uneven and (ga is None or not ga.active): learn.loss_grad = reweigh(learn.loss_grad, rows[0]*W/rows[1])
@@ -293,8 +337,13 @@ class ItemMean(Callback):
                 self.n_items = n if W == 1 else N_known
                 if uneven: learn.loss_grad = reweigh(learn.loss_grad, rows[0]*W/rows[1])
                 return
+            if early is not None and isinstance(early[-1], str):   # the count travels with the gradients
+                self._shares.share, self.n_items = n, None   # n_items: the hook's sum, after the backward
+                learn.loss_grad = torch.where(n > 0, learn.loss_grad*n.to(learn.loss_grad.dtype),
+                                              torch.zeros_like(learn.loss_grad))
+                return
             self.n_items = N = finish_sum(early[-1] if early else start_sum(n), n.device)
-            learn.loss_grad = learn.loss_grad * (n*W/N.clamp_min(torch.finfo(N.dtype).tiny)).to(learn.loss_grad.dtype)
+            learn.loss_grad = learn.loss_grad * item_share(n, N, W, learn.loss_grad.dtype)
             return
         ga = learn.gradient_accumulation
         if self.scale is None:   # the first window: the power of two near W/n_acc (a fill: no host-to-device copy)
@@ -305,6 +354,13 @@ class ItemMean(Callback):
         learn.loss_grad = learn.loss_grad * (n*self.scale).to(learn.loss_grad.dtype)
         self._window_known = known
         if ga.last and W > 1 and not known: self._work = start_sum(self.window)   # runs during this last backward
+    def after_backward(self):
+        "The step's count over the ranks, where it travelled with the gradients (`sum_over_items`'s sum)"
+        sh = self._shares
+        if sh is not None and sh.share is not None: self.n_items, sh.share = sh.total, None
+    def after_step(self):
+        "The Learner zeroes the gradients next: the next batch's start at zero"
+        self._clean = True
     def before_step(self):
         "At the end of a window: the step's count over the ranks, every gradient times `W/(c·N)`"
         if not self.pending: return

@@ -26,8 +26,9 @@ def test_same_as_one_process(outw, case):
     assert checked(outw, 'reference_token_means') and checked(outw, case), outw
 
 def test_one_all_reduce_per_step(outw):
-    """One all-reduce of the count per optimizer step: started in before_batch for nn.CrossEntropyLoss (it runs during
-    the forward), in the last micro-batch's before_backward when accumulating; none for a batch-mean loss"""
+    """The count's all-reduces: one per optimizer step for a (sum, count) loss (before_backward), and in the last
+    micro-batch's before_backward when accumulating; none for nn.CrossEntropyLoss in a whole step (the count travels
+    with the gradients, in DDP's hook `sum_over_items`), nor for a batch-mean loss"""
     assert checked(outw, 'one_all_reduce_per_step') and checked(outw, 'accumulate_single_auto_sync_all_reduces'), outw
 
 def test_validate(outw):
@@ -69,7 +70,9 @@ def test_figures(outw):
 def test_known_equal_counts(outw, case):
     """Issue 39: a classifier's nn.CrossEntropyLoss() over a TensorDataset without an ignored target sums no count
     (no all-reduce in any batch), with and without accumulation; an ignored target, class weights or a callback that
-    could change the targets before ItemMean: one all-reduce of the count per step. Each against one process with the
+    could change the targets before ItemMean: an ignored target or class weights, the count travels with the gradients
+    (DDP's hook `sum_over_items`), no all-reduce of its own; a callback before ItemMean, one all-reduce of the count
+    per step. Each against one process with the
     global batch (weights <= 1e-5, recorder.values <= 1e-6)"""
     assert checked(outw, case) and checked(outw, f'{case}_all_reduces'), outw
 

@@ -13,11 +13,11 @@ from fastcore.basics import chunked
 try:
     from fastai.data.core import TfmdDL
     from fastai.data.load import DataLoader, _FakeLoader   # fastai's DistributedDL builds its loader on it too
-    from fastai.torch_core import to_detach
+    from fastai.torch_core import to_detach, to_device, apply
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
 from ..runtime.world import current_world
-from ..data import shard_idxs
+from ..data import shard_idxs, no_rows
 
 # %% auto #0
 __all__ = ['ShardedDL', 'DistributedDL']
@@ -65,15 +65,24 @@ def _pad_to(pipe, pc, b:list, n:int):
 
 class ShardedDL(TfmdDL):
     """This rank's shard of fastai `DataLoader` `dl`, by `distrib.data.shard_idxs`'s rule (positions
-    `rank::world_size` of the epoch's order, padded by wrapping around), with `dl`'s transforms.
+    `rank::world_size` of the epoch's order, unpadded unless asked), with `dl`'s transforms. By default every item of
+    an epoch is read once over the ranks and every rank runs the same number of batches: global batch `k` is one
+    process's batch `k` with the batch size `world_size * dl.bs`, the last one too, and a rank whose share of the last
+    one is empty reads an empty batch (`batch_rows` says how many rows each step has, here and over all ranks).
 
     Args:
         dl: a fastai `DataLoader` (`TfmdDL`) over an indexed dataset, with a batch size.
         rank (int, optional), world_size (int, optional): default `current_world()`'s.
-        pad (bool): pad the epoch to a multiple of `world_size` (every rank the same number of batches, for
-            training); False: ranks read up to one item fewer, no duplicate (evaluation). Default True.
+        pad (bool): pad the epoch to a multiple of `world_size` by wrapping around (`DistributedSampler`'s behaviour:
+            every rank reads as many items, up to `world_size-1` items twice per epoch, in its last step); False: no
+            item twice, ranks read up to one item fewer. Default False.
         seed (int): the shuffle's base seed, the same on every rank. Default 0.
         shuffle (bool, optional): shuffle each epoch. Default: `dl.shuffle`.
+        equal (bool): without `pad`, every rank runs the same number of batches, `ceil(n/(world_size*bs))` (or
+            `n // (world_size*bs)` with `dl.drop_last`: the epoch's last incomplete global batch dropped, as one process
+            drops it), each a collective step of training; the last step's batches hold each rank's positions of the
+            global batch, possibly one row fewer than another rank's, possibly none (each tensor with 0 rows, made
+            from one item of the step). False: each rank its own batches only (evaluation, `get_preds`). Default True.
 
     The epoch's order: a loader that orders its items itself (a `get_idxs` or `shuffle_fn` of its own: fastai's
     `SortedDL`, whose batches are sorted by length, and `LMDataLoader`, whose item i is a piece of one of `bs`
@@ -93,13 +102,17 @@ class ShardedDL(TfmdDL):
     (O(n) per rank, what one process's `SortedDL` shuffle costs). Raises `ValueError` when an item's text is not of
     the length `res` gives (a `sort_func` other than the length).
 
+    `batch_rows`: `(mine, total)`, the rows of the batch yielded last on this rank and over all ranks, with `equal`
+    on several ranks (the loop protocol's optional member, `distrib.loop.batch_rows_of`: a loss that is a batch mean
+    is weighed by `mine*world_size/total` without a collective); None otherwise.
+
     `get_idxs()` is the epoch's order (every rank's; fastai's `get_preds` reorders by it), `read_positions()` this
     rank's positions in it; `set_epoch(epoch)` as `DistributedSampler`'s; `start_batch = k` starts the next pass at
     batch k (`first_batch` is then k during that pass). `to_detach` never gathers (distrib combines the ranks' metrics
     and predictions once per pass). Raises `ValueError` for a rank outside [0, world_size), a loader without a batch
     size or an unindexed dataset."""
-    def __init__(self, dl, rank:int|None=None, world_size:int|None=None, pad:bool=True, seed:int=0,
-                 shuffle:bool|None=None):
+    def __init__(self, dl, rank:int|None=None, world_size:int|None=None, pad:bool=False, seed:int=0,
+                 shuffle:bool|None=None, equal:bool=True):
         if rank is None or world_size is None:
             w = current_world()
             rank, world_size = (w.rank if rank is None else rank), (w.world_size if world_size is None else world_size)
@@ -110,6 +123,7 @@ class ShardedDL(TfmdDL):
         self.shuffle = dl.shuffle if shuffle is None else shuffle
         self.dl = dl.new(shuffle=False) if dl.shuffle else dl   # the order before the epoch's permutation
         self.rank, self.world_size, self.pad, self.seed = rank, world_size, pad, seed
+        self.even, self.batch_rows = equal and not pad and world_size > 1, None   # even: the global layout's steps
         self.epoch, self.start_batch, self.first_batch = 0, 0, 0
         self.bs, self.drop_last, self.dataset, fake, self.num_workers, self.offs, self.pin_memory = attrgetter(
             'bs', 'drop_last', 'dataset', 'fake_l', 'num_workers', 'offs', 'pin_memory')(self.dl)
@@ -135,7 +149,34 @@ class ShardedDL(TfmdDL):
     def n(self)->int:
         "Items this rank reads per epoch"
         return self.n_of(self.rank)
-    def __len__(self)->int: return math.ceil(self.n/self.bs)
+    def __len__(self)->int:
+        "Batches per epoch on this rank: with `equal` and without `pad`, the global batches, the same on every rank"
+        if self.even:
+            G = self.world_size*self.bs
+            return self.n_items // G if self.drop_last else math.ceil(self.n_items/G)
+        return math.ceil(self.n/self.bs)
+
+    def __iter__(self):
+        if not self.even: yield from super().__iter__(); return
+        k0, B, W, N = self.start_batch, self.bs, self.world_size, self.n_items   # read before get_idxs resets it
+        it, last = super().__iter__(), None
+        for k in range(k0, len(self)):
+            total = min(W*B, N - k*W*B)   # the step's items over all ranks
+            mine = len(range(self.rank, total, W))
+            if mine: last = next(it)
+            else:   # the last step, past this rank's items: a batch of none, shaped as its batches
+                if last is None: next(it, None)   # a pass with no item of this rank: the epoch's order is set
+                last = no_rows(last if last is not None else self._one_item_batch(k*W*B))
+            self.batch_rows = (mine, total)
+            yield last
+        self.batch_rows = None
+        if next(it, None) is not None: raise RuntimeError("ShardedDL read more batches than its steps: a bug")
+
+    def _one_item_batch(self, p:int):
+        "A batch of the one item at position `p` of the epoch's order, made as this loader's batches are"
+        src = self.global_dl if self.global_dl is not None else self.dl
+        b = src.do_batch([src.do_item(self._order[p])])
+        return self.after_batch(b if self.device is None else to_device(b, self.device))
 
     def set_epoch(self, epoch:int):
         "Use epoch `epoch`'s permutation from the next pass on"
@@ -204,16 +245,22 @@ class ShardedDL(TfmdDL):
                              "those lengths; build the loader with fastai's default sort_func (the text's length)")
         return self.dl.retain(self.dl.create_batch(_pad_to(self.dl.before_batch, self._pad, list(items),
                                                            int(self._pad_lens[k]))), list(items))
-    def to_detach(self, b, cpu=True, gather=True): return to_detach(b, cpu, gather=False)
+    def to_detach(self, b, cpu=True, gather=True):
+        """`b` detached, not gathered; zeros for an empty batch's values (a metric's mean over no row, NaN, is weighed
+        by its 0 rows: fastai's `AvgMetric` then adds 0, not NaN)"""
+        b = to_detach(b, cpu, gather=False)
+        if self.batch_rows is None or self.batch_rows[0]: return b
+        return apply(lambda t: torch.zeros_like(t) if isinstance(t, torch.Tensor) else t, b)
     def decode(self, b): return self.dl.decode(b)
     def decode_batch(self, b, max_n=9, full=True): return self.dl.decode_batch(b, max_n, full)
     def show_batch(self, b=None, max_n=9, ctxs=None, show=True, unique=False, **kwargs):
         return self.dl.show_batch(self.one_batch() if b is None else b, max_n, ctxs, show, unique, **kwargs)
     def new(self, dataset=None, cls=None, **kwargs):
-        "A `ShardedDL`, unpadded, over `dl.new(dataset=dataset, cls=cls, **kwargs)` (fastai's `get_preds`, `test_dl`)"
+        """A `ShardedDL`, unpadded, each rank its own batches (`equal=False`), over `dl.new(dataset=dataset, cls=cls,
+        **kwargs)` (fastai's `get_preds`, `test_dl`)"""
         shuffle = kwargs.pop('shuffle', self.shuffle)
         return ShardedDL(self.dl.new(dataset=dataset, cls=cls, shuffle=False, **kwargs), self.rank, self.world_size,
-                         pad=False, seed=self.seed, shuffle=shuffle)
+                         pad=False, seed=self.seed, shuffle=shuffle, equal=False)
 
 # %% ../../nbs/44a_fastai.data.ipynb #9fed92ca
 def DistributedDL(dl, rank:int|None=None, world_size:int|None=None, device=None):

@@ -5,6 +5,7 @@
 # %% ../../nbs/44e_fastai.distributed.ipynb #d06022e2
 from __future__ import annotations
 import sys, warnings
+from types import MethodType
 from copy import copy
 from contextlib import contextmanager
 import torch
@@ -13,7 +14,8 @@ from fastcore.basics import patch_to
 from fastcore.foundation import L
 try:
     from fastai.learner import Learner, SkipToEpoch
-    from fastai.callback.core import GatherPredsCallback
+    from fastai.callback.core import GatherPredsCallback, CancelBatchException
+    from fastai.torch_core import find_bs
     from fastai.callback.training import GradientAccumulation
     from fastai.callback.progress import ProgressCallback
     from fastai.callback.schedule import LRFinder
@@ -25,12 +27,14 @@ from ..runtime.group import group_timeout, rank_device, setup_distrib as setup_g
 from ..runtime.waits import agree_cancel
 from ..runtime.position import doing
 from ..runtime.collectives import broadcast_object
-from ..loop import is_sharded
+from ..loop import is_sharded, batch_rows_of
+from ..losses import reweigh
 from ..model import model_device, unwrap_model
 from ..strategies import ddp, dp, context
+from ..strategies.ddp import ItemShares
 from .data import ShardedDL
 from .metrics import check_metrics, sync_metrics, gather_preds
-from .losses import ItemMean, Shares, sum_over_items
+from .losses import ItemMean
 from .mixup import MixDraws
 
 # %% auto #0
@@ -101,8 +105,29 @@ def loop_position(self:Learner)->dict:
     return dict(event='after_create', epoch=getattr(self, 'epoch', 0), batch=getattr(self, 'iter', 0),
                 training=getattr(self, 'training', False), level=0, start_epoch=0)
 
-
 # %% ../../nbs/44e_fastai.distributed.ipynb #e3591970
+def _count_global_rows(ga:GradientAccumulation, n_acc:float, W:int):
+    """Make fastai `GradientAccumulation` `ga` (a step every `n_acc` samples of the global batches, `W` ranks) weigh
+    and count each micro-batch by its rows over the ranks (the loader's `batch_rows`; `W` times this rank's rows where
+    the loader does not say), until `after_fit` removes the two methods set on the instance: its `after_loss` weighs
+    this rank's batch mean by its rows (`mine*W/n_acc`, DDP then averages the ranks: fastai's `bs/n_acc` with the
+    global batch; 0 for an empty batch, where fastai's would divide by 0), and its `before_step` counts the step's
+    rows over all ranks, so every rank steps at the same micro-batch, as one process does with the global batches"""
+    def rows(self)->tuple:
+        r = batch_rows_of(self.learn.dl)
+        if r is None: bs = find_bs(self.learn.yb); r = (bs, bs*W)
+        return r
+    def after_loss(self):
+        self.learn.loss_grad = reweigh(self.learn.loss_grad, rows(self)[0]*W/n_acc)
+    def before_step(self):   # `self`, the callback, raises the cancel: LoopWatch knows it as every rank's alike
+        mine, total = rows(self)
+        if mine: self.learn.loss_grad = self.learn.loss_grad*(n_acc/(mine*W))   # fastai's: the batch mean, to log
+        self.count += total
+        if self.count < n_acc: raise CancelBatchException()   # skip the step and zero_grad, on every rank alike
+        self.count = 0
+    # set on the instance: fastai calls getattr(cb, event)
+    ga.__dict__.update(after_loss=MethodType(after_loss, ga), before_step=MethodType(before_step, ga))
+
 class DistributedTrainer(ddp.DistributedTrainer):
     """distrib's `DistributedTrainer` (`distrib.strategies.ddp`, same arguments) on fastai's `Learner`: attach it
     with `learn.to_distributed()` or `learn.distrib_ctx()`. Raises what distrib's raises, and `ValueError` before a
@@ -111,9 +136,11 @@ class DistributedTrainer(ddp.DistributedTrainer):
     survives = "fastai's Learner runs its own loop, which does not redo a batch"   # refused (`check_continuable`)
 
     def shard_dls(self, dls, world):
-        "A copy of fastai's `dls` whose loaders are `ShardedDL`s: the training loader padded, the others not"
+        """A copy of fastai's `dls` whose loaders are `ShardedDL`s, unpadded: the training loader's steps the global
+        batches' on every rank (`equal`), the others each rank's own batches; a sharded loader (a `ShardedDL` of the
+        user's, `pad=True` for `DistributedSampler`'s padding) as it is"""
         new = copy(dls)
-        new.loaders = [dl if is_sharded(dl) else ShardedDL(dl, world.rank, world.world_size, pad=(i == 0))
+        new.loaders = [dl if is_sharded(dl) else ShardedDL(dl, world.rank, world.world_size, equal=(i == 0))
                        for i, dl in enumerate(dls.loaders)]
         return new
 
@@ -121,25 +148,13 @@ class DistributedTrainer(ddp.DistributedTrainer):
         check_metrics(self.learn.metrics)
         self.watch = LoopWatch(first=True)
         self.watch_body = LoopWatch(first=False, partner=self.watch, at_end=self.after_all_fit)
-        self.shares = Shares()   # of the DDP hook `wrap_model` registers
+        self.shares = ItemShares()   # the state of the DDP hook `sum_over_items`, which `wrap_model` registers
         super().wrap()
         self.items, self.mix = ItemMean(self.shares), MixDraws()
         self.learn.add_cbs([self.watch, self.watch_body, self.items, self.mix])
         self.splitter = self.learn.splitter   # fastai's create_opt splits the model it holds: the plain module
         self.learn.splitter = lambda m: self.splitter(unwrap_model(m))
         self.trainable, self.acc = self._trainable(), []
-
-    def wrap_model(self, model, device, compile_opts):
-        """distrib's (`model` in DDP), with DDP's communication hook `sum_over_items`, with which `ItemMean`'s count
-        travels with the gradients, when the user gave no `comm_hook`, nothing is compiled, and the parameters that
-        train are float32 or float64 (a count summed in float16 or bfloat16 would not be exact)"""
-        ddp, sh = super().wrap_model(model, device, compile_opts), self.shares
-        sh.hooked = (self.comm_hook is None and compile_opts is None and not self.compiled
-                     and all(p.dtype in (torch.float32, torch.float64) for p in model.parameters() if p.requires_grad))
-        if sh.hooked:
-            sh.group = ddp.process_group
-            ddp.register_comm_hook(sh, sum_over_items)
-        return ddp
 
     def unwrap(self):
         if self.model is None: return
@@ -174,12 +189,16 @@ class DistributedTrainer(ddp.DistributedTrainer):
             self.wrapped = self.learn.model = self.wrap_model(self.inner, model_device(self.inner), None)
             self.swapped = swapped + self.swapped
         self.acc = [(cb, cb.n_acc) for cb in self.learn.cbs if isinstance(cb, GradientAccumulation)]
-        for cb, n in self.acc: cb.n_acc = n / self.world.world_size
+        for cb, n in self.acc:
+            cb.n_acc = n / self.world.world_size
+            _count_global_rows(cb, n, self.world.world_size)
         self._quiet()
         super().before_fit()
 
     def after_fit(self):
-        for cb, n in self.acc: cb.n_acc = n
+        for cb, n in self.acc:
+            cb.n_acc = n
+            for k in ('after_loss', 'before_step'): cb.__dict__.pop(k, None)
         self.acc = []
         super().after_fit()
 
@@ -208,7 +227,7 @@ class DistributedTrainer(ddp.DistributedTrainer):
         self._quiet()
         dl = self.learn.dl
         if not is_sharded(dl) and isinstance(dl, TfmdDL):
-            self.learn.dl = ShardedDL(dl, self.world.rank, self.world.world_size, pad=False)
+            self.learn.dl = ShardedDL(dl, self.world.rank, self.world.world_size, equal=False)
         super().before_validate()
 
     def after_validate(self):
@@ -225,7 +244,6 @@ class DistributedTrainer(ddp.DistributedTrainer):
 def trainer_of(learn):
     "The distrib.fastai `DistributedTrainer` attached to fastai Learner `learn`, None if none"
     return next((cb for cb in learn.cbs if isinstance(cb, DistributedTrainer)), None)
-
 
 # %% ../../nbs/44e_fastai.distributed.ipynb #ca91809c
 def setup_distrib(gpu:int|str|None=None, # the GPU index this rank trains on (fastai's `--gpu`); None: this rank's own
@@ -248,7 +266,6 @@ def setup_distrib(gpu:int|str|None=None, # the GPU index this rank trains on (fa
     setup_group(device)
     return device.index if device is not None and device.type == 'cuda' else None
 
-
 # %% ../../nbs/44e_fastai.distributed.ipynb #2135f5cd
 _SAID = set()   # what rank 0 has warned of as accepted and ignored: once per process, not once per call
 
@@ -270,7 +287,6 @@ def _fastai_device(device, sync_bn:bool|None, cuda_id, where:str)->tuple:
                              "(cuda_id is fastai's older name for device)")
         device = cuda_id
     return device, sync_bn
-
 
 # %% ../../nbs/44e_fastai.distributed.ipynb #83678d65
 @patch_to(Learner)

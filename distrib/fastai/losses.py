@@ -5,40 +5,17 @@
 # %% ../../nbs/44c_fastai.losses.ipynb #d77cc8c5
 from __future__ import annotations
 import torch
-import torch.distributed as dist
 try:
     from fastai.callback.core import Callback
     from fastai.callback.training import GradientAccumulation
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
 from ..runtime.world import current_world
-from ..losses import item_count, start_sum, finish_sum
+from ..losses import item_count, start_sum, finish_sum, reweigh, uneven_rows, item_share, check_counted
+from ..strategies.ddp import ItemShares
 
 # %% auto #0
 __all__ = ['ItemMean']
-
-# %% ../../nbs/44c_fastai.losses.ipynb #ab11eca2
-class Shares:
-    """The state of DDP's communication hook `sum_over_items`: `share`, this rank's share of what the summed
-    gradients of the coming backward are divided by (a 0-d tensor; None: 1, DDP's mean over the ranks); `hooked`,
-    whether the hook is registered on the trainer's DDP now; `group`, DDP's process group"""
-    def __init__(self): self.share, self.hooked, self.group = None, False, None
-
-def sum_over_items(state:Shares, bucket):   # no annotations: DDP checks them (a string here)
-    """A DDP communication hook (`DistributedDataParallel.register_comm_hook`): one all-reduce (sum) of the bucket's
-    gradients with this rank's `state.share` (1 when None) appended as one more element, then the gradients divided
-    by the summed shares. With every rank's share 1, DDP's own mean over the ranks; with every rank's gradient that
-    of its items' summed loss and its share their count, the mean over the global batch's items: the count travels
-    with the gradients, no collective of its own. The shares are summed in the gradients' dtype (float32: exact to
-    2**24 items a step, beyond that within float32's round-off). Returns the future of the divided gradients."""
-    g, s = bucket.buffer(), state.share
-    share = torch.ones(1, dtype=g.dtype, device=g.device) if s is None else s.reshape(1).to(g.device, g.dtype)
-    fut = dist.all_reduce(torch.cat([g, share]), group=state.group, async_op=True).get_future()
-    def divide(f):
-        t = f.value()[0]
-        return t[:-1].div_(t[-1:].clamp_min(torch.finfo(t.dtype).tiny))
-    return fut.then(divide)
-
 
 # %% ../../nbs/44c_fastai.losses.ipynb #36ce90a9
 class ItemMean(Callback):
@@ -75,12 +52,14 @@ class ItemMean(Callback):
     order, run_valid = 9.5, False
     _early = None   # (loss_func, targets, their version, count, its all-reduce or None) of this batch
 
-    def __init__(self, shares:Shares|None=None): self.shares, self._folds, self._clean = shares, False, True
+    def __init__(self, shares:ItemShares|None=None):
+        self.shares, self._folds, self._clean, self._ga = shares, False, True, None
 
     def before_fit(self):
         """Whether the count may travel with the gradients in this fit (no fastai `GradientAccumulation`); the
         gradients are as the previous fit left them (zero unless it ended in the middle of an accumulation)"""
-        self._folds = self.shares is not None and not any(isinstance(cb, GradientAccumulation) for cb in self.learn.cbs)
+        self._ga = next((cb for cb in self.learn.cbs if isinstance(cb, GradientAccumulation)), None)
+        self._folds = self.shares is not None and self._ga is None
 
     def before_batch(self):
         "Count this batch's items; start their all-reduce, during the forward, unless they travel with the gradients"
@@ -94,18 +73,25 @@ class ItemMean(Callback):
 
     def before_backward(self):
         """Scale this rank's `loss_grad` (its batch mean, and what callbacks added to it in `after_loss`): by `n` (the
-        hook divides by `N`), or by `n*W/N`"""
-        early, self._early = self._early, None
+        hook divides by `N`), or by `n*W/N`; a loss `item_count` does not know, in a step of uneven rows, by this
+        rank's share of the step's rows (`mine*W/total`, no collective; `GradientAccumulation` weighs its own). The
+        loss the `Recorder` reads (`learn.loss`, its mean over the ranks gathered by fastai) is weighed by the rows
+        in such a step (0 for an empty batch, whose mean is NaN)"""
+        early, self._early, rows = self._early, None, uneven_rows(self.learn.dl)
+        learn, ga = self.learn, self._ga
+        if rows is not None:
+            mine, total, W = rows
+            learn.loss = reweigh(learn.loss, mine*W/total)
+            if early is None and ga is None: learn.loss_grad = reweigh(learn.loss_grad, mine*W/total)
         if early is None: return
-        learn, (lf, targ, version, n, work) = self.learn, early
+        n, work = early[3:]
         N = None if work is None else finish_sum(work, n.device)   # the other ranks started it too: waited for first
-        if not (lf is learn.loss_func and len(learn.yb) == 1 and learn.yb[0] is targ and targ._version == version):
-            raise RuntimeError("ItemMean counted this batch's targets in before_batch (its order is 9.5), and learn.yb "
-                               "or learn.loss_func changed after that: give the callback that changes them an order "
-                               "below 9.5 (or change them before the batch reaches the Learner)")
+        check_counted(learn, early, self.order)
         lg = learn.loss_grad
         if N is None: f, self.shares.share = n.to(lg.dtype), n
-        else: f = (n*current_world().world_size/N.clamp_min(torch.finfo(N.dtype).tiny)).to(lg.dtype)
+        else: f = item_share(n, N, current_world().world_size, lg.dtype)
+        if rows is not None and ga is not None and rows[0]:   # the micro-batch weighs its items, not its rows
+            f = f*(rows[1]/(rows[2]*rows[0]))
         learn.loss_grad = torch.where(n > 0, lg*f, torch.zeros_like(lg))
 
     def after_cancel_batch(self):

@@ -18,6 +18,8 @@ from ..runtime.position import rank_state, track, doing, mark_queued
 from ..runtime.stragglers import StepTimer
 from ..data import DataLoaders, DistributedDL, IterableShards
 from ..loop import is_sharded, check_loop
+from ..losses import counts_may_differ
+from ..runtime.collectives import comm_device
 from ..callback.core import Callback
 from ..model import model_device, move_model, is_compiled, unwrap_model
 from ..runtime.survivors import on_failure
@@ -26,8 +28,8 @@ from .preflight import preflight_check, check_models, check_loader
 from .compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets
 
 # %% auto #0
-__all__ = ['DistributedModule', 'check_kwargs', 'train_device', 'convert_sync_batchnorm', 'revert_sync_batchnorm',
-           'DistributedTrainer']
+__all__ = ['DistributedModule', 'check_kwargs', 'ItemShares', 'sum_over_items', 'train_device', 'convert_sync_batchnorm',
+           'revert_sync_batchnorm', 'DistributedTrainer']
 
 # %% ../../nbs/32_strategies.ddp.ipynb #7062c4b2
 _UNUSED_HINT = ("\n\ndistrib: some parameters got no gradient in the last backward (a branch the forward skips?). "
@@ -90,6 +92,55 @@ def _register_comm_hook(ddp:DistributedDataParallel, comm_hook:str|None, state=N
                         f"the process group's is {dist.get_backend(ddp.process_group)!r}: use comm_hook='fp16' or None")
     if state is None and comm_hook == 'powersgd': state = powerSGD_hook.PowerSGDState(process_group=None)
     ddp.register_comm_hook(state, _COMM_HOOKS[comm_hook])
+
+def _counts_travel(loss_func, dl)->bool:
+    """Whether `ItemMean`'s count should travel with the gradients (`sum_over_items`) under the training loader `dl`,
+    the same answer on every rank (one all-reduce, MIN, of one int64 on `comm_device()`, once per attach): on every
+    rank `counts_may_differ(loss_func, dl)`. Where the counts are known equal (a classifier over a `TensorDataset`
+    without an ignored target) DDP keeps its C++ all-reduce: the hook in Python cost 2-4 % of steps/s there
+    (`bench/overhead.py --sections ddp_ce`, B/A 0.973 and 0.956 with it against 0.995 and 0.978 without)"""
+    t = torch.tensor([int(counts_may_differ(loss_func, dl))], dtype=torch.int64, device=comm_device())
+    with doing('collective', "the agreement on DDP's count-carrying hook", device=t.device):
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+class ItemShares:
+    """The state of DDP's communication hook `sum_over_items`: `share`, this rank's share of what the summed
+    gradients of the coming backward are divided by (a 0-d tensor; None: 1, DDP's mean over the ranks); `hooked`,
+    whether the hook is registered on the trainer's DDP now; `group`, DDP's process group; `total`, the summed shares
+    of the last backward that had a share (a 0-d tensor, in the gradients' dtype)"""
+    def __init__(self): self.share, self.hooked, self.group, self.total = None, False, None, None
+
+    def register(self, ddp:DistributedDataParallel, free:bool)->bool:
+        """Register `sum_over_items` with this state on `ddp` when `free` (no communication hook of the user's,
+        nothing compiled) and the parameters that train are float32 or float64 (a count summed in float16 or bfloat16
+        would not be exact); sets and returns `hooked`"""
+        params = [p for p in ddp.module.parameters() if p.requires_grad]
+        self.hooked = free and all(p.dtype in (torch.float32, torch.float64) for p in params)
+        if self.hooked:
+            self.group = ddp.process_group
+            ddp.register_comm_hook(self, sum_over_items)
+        return self.hooked
+
+def sum_over_items(state:ItemShares, bucket):   # no annotations: DDP checks them (a string here)
+    """A DDP communication hook (`DistributedDataParallel.register_comm_hook`): one all-reduce (sum) of the bucket's
+    gradients with this rank's `state.share` (1 when None) appended as one more element, then the gradients divided
+    by the summed shares. With every rank's share None, DDP's own mean over the ranks (the bucket divided by the world
+    size and all-reduced in place, as torch's `allreduce_hook`: no copy); with every rank's gradient that
+    of its items' summed loss and its share their count, the mean over the global batch's items: the count travels
+    with the gradients, no collective of its own. The shares are summed in the gradients' dtype (float32: exact to
+    2**24 items a step, beyond that within float32's round-off). Returns the future of the divided gradients."""
+    g, s = bucket.buffer(), state.share
+    if s is None:   # DDP's mean, as torch's `allreduce_hook`: no copy of the bucket
+        W = dist.get_world_size(state.group)
+        return dist.all_reduce(g.div_(W), group=state.group, async_op=True).get_future().then(lambda f: f.value()[0])
+    share = s.reshape(1).to(g.device, g.dtype)
+    fut = dist.all_reduce(torch.cat([g, share]), group=state.group, async_op=True).get_future()
+    def divide(f):
+        t = f.value()[0]
+        state.total = t[-1]
+        return t[:-1].div_(t[-1:].clamp_min(torch.finfo(t.dtype).tiny))
+    return fut.then(divide)
 
 # %% ../../nbs/32_strategies.ddp.ipynb #f6d38f16
 def train_device(model:nn.Module, # the Learner's model, unwrapped
@@ -174,11 +225,17 @@ class DistributedTrainer(Callback):
         **ddp_kwargs: passed to `DistributedDataParallel` (`find_unused_parameters`, `static_graph`,
             `gradient_as_bucket_view`, `broadcast_buffers`, `bucket_cap_mb`, ...).
 
-    The model is wrapped in a `DistributedModule`. Raises `ValueError` for an unknown `comm_hook`, `TypeError` for
-    a keyword DDP or `torch.compile` does not take, and, in `wrap`, `RuntimeError` in a world of one process
-    without a process group (launch the script with `python -m distrib.launch`), `ValueError` for `sync_bn=True`
-    on a device other than CUDA and for a `bucket_cap_mb` below 1 MiB with compile (`check_ddp_buckets`)."""
-    order = 11
+    The model is wrapped in a `DistributedModule`. `shares`: the state (an `ItemShares`) of the count-carrying hook
+    `sum_over_items`, which `wrap_model` registers, with which `ItemMean` sends a step's count with the gradients when
+    the ranks' counts are not known equal (no all-reduce of its own); set by `wrap` when every rank's loss is one
+    `item_count` knows and its counts may differ between ranks (`counts_may_differ`), or by a loop before `wrap`
+    (`distrib.fastai`'s), else None (DDP's own all-reduce).
+    Raises `ValueError` for an
+    unknown `comm_hook`, `TypeError` for a keyword DDP or `torch.compile` does not take, and, in `wrap`,
+    `RuntimeError` in a world of one process without a process group (launch the script with
+    `python -m distrib.launch`), `ValueError` for `sync_bn=True` on a device other than CUDA and for a
+    `bucket_cap_mb` below 1 MiB with compile (`check_ddp_buckets`)."""
+    order, shares = 11, None
     def __init__(self, device=None, sync_bn:bool|None=None, comm_hook:str|None=None, comm_hook_state=None,
                  compile:bool|dict|None=None, **ddp_kwargs):
         _check_comm_hook(comm_hook)
@@ -203,6 +260,7 @@ class DistributedTrainer(Callback):
         opts = self._compile_options(learn.model)
         inner = unwrap_model(learn.model)   # a model the user compiled is compiled again, after wrapping
         dls = self.shard_dls(learn.dls, world)  # may raise
+        if self.shares is None and _counts_travel(learn.loss_func, dls.loaders[0]): self.shares = ItemShares()
         model = self.wrap_model(inner, train_device(inner, self.device), opts)  # the Learner is unchanged if it raises
         if opts is not None:
             try: self.compiled = compile_forwards(self._compiled_modules(model), opts)
@@ -229,9 +287,11 @@ class DistributedTrainer(Callback):
     def wrap_model(self, model:nn.Module, device:torch.device, compile_opts:dict|None)->nn.Module:
         """`model` (the Learner's plain module) on `device` (a `torch.device`), in a `DistributedModule` with its
         communication hook (and SyncBatchNorm); `compile_opts`, `torch.compile`'s options or None. The hook a
-        trainer of another strategy or loop overrides (`FSDPTrainer` shards the model instead; `distrib.fastai`'s
-        trainer adds its communication hook), with `undo_wrap`: `wrap` calls it, and `distrib.fastai` again when
-        `fine_tune` changes what trains. Returns the wrapped module; the Learner is unchanged if it raises."""
+        trainer of another strategy overrides (`FSDPTrainer` shards the model instead), with `undo_wrap`: `wrap`
+        calls it, and `distrib.fastai` again when `fine_tune` changes what trains. With `shares` (an `ItemShares`: a
+        loop whose `ItemMean` carries its count with the gradients, `distrib.fastai`'s), DDP's all-reduce is
+        `sum_over_items` where it can be (`ItemShares.register`). Returns the wrapped module; the Learner is
+        unchanged if it raises."""
         sync = _sync_bn(self.sync_bn, model, device)
         if compile_opts is not None: check_ddp_buckets(self.ddp_kwargs.get('bucket_cap_mb'))
         move_model(model, self.learn.opt, device)  # the optimizer's state too: a Learner that trained before
@@ -243,6 +303,8 @@ class DistributedTrainer(Callback):
         self.forward_collective = ("DistributedDataParallel's buffer broadcast in forward" if ddp.broadcast_buffers
                                    and any(True for _ in model.buffers()) else None)
         _register_comm_hook(ddp, self.comm_hook, self.comm_hook_state)
+        if self.shares is not None:   # a loop whose ItemMean carries its count with the gradients
+            self.shares.register(ddp, self.comm_hook is None and compile_opts is None and not self.compiled)
         return ddp
 
     def _compiled_modules(self, model:nn.Module)->list:

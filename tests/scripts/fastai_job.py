@@ -19,7 +19,7 @@ from fastai.learner import Learner
 from fastai.data.core import DataLoaders, Datasets, TfmdDL
 from fastai.torch_core import TensorBase
 from fasttransform import Transform   # fastai 2.8: fastcore.transform moved there
-from fastai.losses import CrossEntropyLossFlat
+from fastai.losses import CrossEntropyLossFlat, LabelSmoothingCrossEntropyFlat
 from fastai.metrics import accuracy, error_rate, top_k_accuracy, F1Score, AccumMetric
 from fastai.optimizer import OptimWrapper
 from fastai.callback.core import Callback, CancelFitException
@@ -159,29 +159,37 @@ def dls_api(learn)->dict:
     assert targs is None and len(preds) == N_VALID, (targs, len(preds))
     return dict(test_preds=preds.tolist())
 
-def data(bs:int, ignore:bool=False, image:bool=False):
+def data(bs:int, ignore:bool=False, image:bool=False, n_train:int|None=None):
     """fastai DataLoaders of a fixed synthetic 3-class problem: the training loader in order, with drop_last;
-    `ignore`: some targets are -100 (ignored by the loss, as a language model's padding); `image`: 2 x 5 x 6 inputs"""
+    `ignore`: some targets are -100 (ignored by the loss, as a language model's padding); `image`: 2 x 5 x 6 inputs;
+    `n_train`: items 1 to `n_train` train (up to 132: some are then validation items too; not item 0, whose target
+    `ignore` ignores: the padding of an epoch, which repeats its first items, would train it twice unseen), without
+    drop_last"""
     x, y = (get_x_img, get_y_img) if image else (get_x, get_y_ign if ignore else get_y)
-    dss = [Datasets(list(range(a, b)), tfms=[[x], [y]]) for a, b in ((0, N_TRAIN), (N_TRAIN, N_TRAIN + N_VALID))]
+    dss = [Datasets(list(range(a, b)), tfms=[[x], [y]])
+           for a, b in ((0, N_TRAIN) if n_train is None else (1, n_train + 1), (N_TRAIN, N_TRAIN + N_VALID))]
     kw = dict(shuffle=False, num_workers=0)   # fastai's default forks a worker per CPU at each pass: 0.7 s per epoch
-    return DataLoaders(TfmdDL(dss[0], bs=bs, drop_last=True, **kw), TfmdDL(dss[1], bs=bs, **kw))
+    return DataLoaders(TfmdDL(dss[0], bs=bs, drop_last=n_train is None, **kw), TfmdDL(dss[1], bs=bs, **kw))
 
 def _mean_acc(p, t): return (p.argmax(-1) == t).float().mean()
 
 def splitter(m): return [list(m[0].parameters()), list(m[2].parameters())]
 
-def learner(bs:int, opt:str='adam', ignore:bool=False, image:bool=False, tfms:bool=False)->Learner:
+SIZES = {'size101': 101, 'size101_acc': 101, 'size101_ignore': 101, 'size101_ls': 101, 'size17': 17}
+
+def learner(bs:int, opt:str='adam', ignore:bool=False, image:bool=False, tfms:bool=False,
+            n_train:int|None=None, loss_func=None)->Learner:
     """The same model (seeded), loss, metrics and optimizer on every rank and in the reference; `ignore`: targets
     with -100, `CrossEntropyLossFlat(ignore_index=-100)`; `image`: the images' data and a model that flattens them;
-    `tfms`: the data through fastai's item and batch transforms (`data_tfms`)"""
+    `tfms`: the data through fastai's item and batch transforms (`data_tfms`); `n_train`: `data`'s; `loss_func`:
+    in place of `CrossEntropyLossFlat(ignore_index=-100)`"""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(N_IN, 16), nn.ReLU(), nn.Linear(16, N_OUT))
     kw = dict(opt_func=partial(OptimWrapper, opt=torch.optim.SGD)) if opt == 'sgd' else {}
     if image: model = nn.Sequential(nn.Flatten(), nn.Linear(X_IMG[0].numel(), 16), nn.ReLU(), nn.Linear(16, N_OUT))
     else: kw['splitter'] = splitter
-    dls = data_tfms(bs) if tfms else data(bs, ignore, image)
-    learn = Learner(dls, model, loss_func=CrossEntropyLossFlat(ignore_index=-100),
+    dls = data_tfms(bs) if tfms else data(bs, ignore, image, n_train)
+    learn = Learner(dls, model, loss_func=loss_func or CrossEntropyLossFlat(ignore_index=-100),
                     metrics=[accuracy, error_rate, partial(top_k_accuracy, k=2), F1Score(average='macro'),
                              AccumMetric(_mean_acc, flatten=False)], **kw)
     learn.remove_cb(learn.progress)
@@ -303,8 +311,10 @@ def run_case(name:str, bs:int)->dict:
     if name.startswith('text_'):
         learn, out = text_learner(bs, lm=name.startswith('text_lm'), shuffle=name in DRAWN), {}
     else:
-        learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam', ignore=name.startswith('ignore'),
-                             image=name == 'cutmix', tfms=name == 'tfms'), {}
+        learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam', ignore=name.startswith('ignore') or
+                             name.endswith('_ignore'), image=name == 'cutmix', tfms=name == 'tfms',
+                             n_train=SIZES.get(name),
+                             loss_func=LabelSmoothingCrossEntropyFlat() if name.endswith('_ls') else None), {}
     mix = name in ('mixup', 'cutmix')   # distrib's draws: the reference is under distrib_ctx in one process too
     ctx = (learn.distrib_ctx() if hasattr(learn, 'distrib_ctx') and (mix or bs == job_bs() and _world() > 1)
            else _null())
@@ -322,6 +332,8 @@ def run_case(name:str, bs:int)->dict:
         elif name == 'grad_acc': learn.fit(2, 1e-2, cbs=GradientAccumulation(n_acc=4*bs*_world()))
         elif name == 'ignore': learn.fit(2, 1e-2)
         elif name == 'tfms': learn.fit_one_cycle(2, 1e-2)
+        elif name in SIZES:   # the training set not a multiple of the global batch: its last global batch uneven
+            learn.fit_one_cycle(2, 1e-2, cbs=GradientAccumulation(n_acc=2*bs*_world()) if name.endswith('_acc') else [])
         elif name == 'trackers':   # fastai's trackers decide on the synced values: on every rank as one process does
             learn.fine_tune(6, 1e-2, freeze_epochs=1, cbs=[ReduceLROnPlateau(min_delta=0.05, patience=0, factor=2.),
                                                           EarlyStoppingCallback('accuracy', min_delta=.03, patience=1)])

@@ -116,11 +116,12 @@ BATCH_EVENTS = {f'{w}_{e}' for w in ('before', 'after', 'after_cancel') for e in
 BATCH_EVENTS |= {'batch', 'backward', 'step', 'after_pred', 'after_loss'}
 
 class CountAllReduces(Callback):
-    "Record `(event, async_op)` of every torch.distributed.all_reduce in a training batch (DDP's own are in C++)"
+    """Record `(event, async_op)` of every torch.distributed.all_reduce in a training batch but the gradients' (DDP's
+    own, in C++, or, with the count-carrying hook `sum_over_items`, in Python during the backward: not counted)"""
     def before_fit(self):
         self.calls, self.orig = [], dist.all_reduce
         def counted(*args, **kwargs):
-            if self.learn.training and self.learn._event in BATCH_EVENTS:
+            if self.learn.training and self.learn._event in BATCH_EVENTS - {'backward'}:
                 self.calls.append((self.learn._event, kwargs.get('async_op', False)))
             return self.orig(*args, **kwargs)
         dist.all_reduce = counted
@@ -148,16 +149,17 @@ if FULL:
     check('mean_loss_one_process', dw <= 1e-6, f'{dw:.2e}')
 
 # DDP: W ranks x 8 against 1 x 8W, with (sum, count) and with nn.CrossEntropyLoss(ignore_index=-100); validate(). The
-# count's all-reduce: one per step, started in before_batch for a loss whose targets give the count (it runs during
-# the forward), in before_backward for (sum, count); none for a batch-mean loss
+# count's all-reduce: one per step in before_backward for (sum, count); none for a loss whose targets give the count
+# (it travels with the gradients in DDP's hook `sum_over_items`, which the trainer registered), nor for a batch mean
 ddp = distributed(B, [cnt := CountAllReduces()])
 compare('ddp_sum_count', ddp, ref)
 calls_sum = cnt.calls
 ce = distributed(B, [cnt := CountAllReduces()], loss_func=nn.CrossEntropyLoss(ignore_index=-100))
 compare('ddp_cross_entropy_loss', ce, ref)
 n_steps = EPOCHS*N//G
-check('one_all_reduce_per_step', calls_sum == [('before_backward', True)]*n_steps
-      and cnt.calls == [('before_batch', True)]*n_steps, f'{calls_sum[:2]} {cnt.calls[:2]} ({n_steps} steps)')
+check('one_all_reduce_per_step', calls_sum == [('before_backward', True)]*n_steps and cnt.calls == []
+      and ce.item_mean.n_items is not None and ce.item_mean._shares.hooked and ddp.item_mean._shares is None,
+      f'{calls_sum[:2]} {cnt.calls[:2]} ({n_steps} steps)')
 with ddp.distrib_ctx(): v = ddp.validate()
 check('ddp_validate', rel(v, ref.validate()) <= 1e-6 and rel(v, true) <= 1e-6, f'{v} {true}')
 
@@ -190,8 +192,9 @@ for name, bs, cbs in (('classifier', B, lambda: []), ('classifier_accumulate', M
 
 # Counts known equal (issue 39): a classifier's nn.CrossEntropyLoss() over a TensorDataset whose targets hold no -100
 # sums nothing (one rank's count times W), with and without accumulation, and trains as one process with the global
-# batch; class weights, an ignored target, or a callback that could change the targets before ItemMean: one
-# all-reduce of the count per step, and one process's weights again
+# batch; class weights or an ignored target: the count travels with the gradients (DDP's hook sum_over_items, which
+# the trainer registers where the counts may differ: no all-reduce of its own); a callback that could change the
+# targets before ItemMean: one all-reduce of the count per step; one process's weights again
 def classifier(bs, cbs=(), loss=None, targets=yc, one=False):
     kw = dict(data=(xc, targets), valid=(xc[:41], targets[:41]), arch=Classifier, metrics=(),
               loss_func=loss or nn.CrossEntropyLoss())
@@ -207,8 +210,10 @@ cases = {'known_equal': (B, [], None, yc, True), 'known_equal_accumulate': (MB, 
 for name, (bs, cbs, loss, targets, known) in cases.items():
     (learn, cnt), (one, _) = classifier(bs, cbs, loss, targets), classifier(bs, cbs, loss, targets, one=True)
     compare(name, learn, one, steps=False)
-    want = [] if known else [('before_batch', True)]*n_steps
-    check(f'{name}_all_reduces', cnt.calls == want and (learn.item_mean._known is not None) == known,
+    hooked = learn.item_mean._shares is not None   # the trainer's count-carrying hook: counts that may differ
+    want = [] if known or hooked else [('before_batch', True)]*n_steps
+    check(f'{name}_all_reduces', cnt.calls == want and (learn.item_mean._known is not None) == known
+          and hooked == (name in ('ignored_target', 'class_weights')),
           f'{cnt.calls[:2]} ({len(cnt.calls)}), known {learn.item_mean._known is not None}')
 
 if FULL:
