@@ -18,9 +18,9 @@ from .stalls import watch_stalls
 from .schema import JobStore
 
 # %% auto #0
-__all__ = ['DEFAULT_TIMEOUT', 'rank_device', 'default_backend', 'setup_distrib', 'ensure_distrib', 'group_backend',
-           'distrib_timeout', 'group_timeout', 'distrib_barrier', 'teardown_distrib', 'run_as_rank', 'rank0_only',
-           'rank0_first']
+__all__ = ['DEFAULT_TIMEOUT', 'rank_device', 'init_group', 'group_connections', 'default_backend', 'setup_distrib',
+           'ensure_distrib', 'group_backend', 'distrib_timeout', 'group_timeout', 'distrib_barrier', 'teardown_distrib',
+           'run_as_rank', 'rank0_only', 'rank0_first']
 
 # %% ../../nbs/08_runtime.group.ipynb #6a3f9d47
 def rank_device(device:torch.device|str|int|None=None, # asked for; an int `k` means `cuda:k`
@@ -48,6 +48,41 @@ def rank_device(device:torch.device|str|int|None=None, # asked for; an int `k` m
     world = current_world() if world is None else world
     return torch.device('cuda', world.local_rank % n)
 
+# %% ../../nbs/08_runtime.group.ipynb #c0ec7a12
+def _socket_fds()->dict:
+    "fd -> inode of this process's sockets, from /proc/self/fd (Linux); {} elsewhere"
+    out = {}
+    try: fds = os.listdir('/proc/self/fd')
+    except OSError: return out
+    for fd in fds:
+        try: link = os.readlink(f'/proc/self/fd/{fd}')
+        except OSError: continue  # closed since the listing
+        if link.startswith('socket:['): out[int(fd)] = int(link[8:-1])
+    return out
+
+def _connected(fd:int)->bool:
+    "Whether socket `fd` has a peer (a connection, not a listener: shutting down gloo's listener aborts the process)"
+    try: s = socket.socket(fileno=os.dup(fd))
+    except OSError: return False
+    try: s.getpeername(); return True
+    except OSError: return False
+    finally: s.close()   # the duplicate only
+
+def init_group(backend:str, store, rank:int, world_size:int, # as `dist.init_process_group`'s
+               timeout:datetime.timedelta, **kwargs):
+    """`dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)`,
+    recording the sockets it opened (`group_connections`). Raises what `init_process_group` raises."""
+    before = _socket_fds()
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
+    _State.connections = {fd: ino for fd, ino in _socket_fds().items() if before.get(fd) != ino and _connected(fd)}
+
+def group_connections()->dict:
+    """fd -> inode of the sockets the default process group opened as it formed (`init_group`: gloo's connections
+    to the other ranks, its listener aside) that are still open (the same inode at the same fd); {} without /proc (not
+    Linux), or before a group formed"""
+    now = _socket_fds()
+    return {fd: ino for fd, ino in _State.connections.items() if now.get(fd) == ino}
+
 # %% ../../nbs/08_runtime.group.ipynb #71b7c3f1
 DEFAULT_TIMEOUT = 600.0  # seconds a collective waits for its peers (torch: 1800 for gloo, 600 for NCCL)
 
@@ -57,6 +92,7 @@ class _State:
     timeout = None     # the group's current timeout, a timedelta; None when distrib did not create it
     at_exit = False    # the atexit teardown is registered
     n_rank0_first = 0  # rank0_first calls so far, for the store's keys
+    connections = {}   # fd -> inode of the sockets the default group opened as it formed (`group_connections`)
 
 def default_backend(device:torch.device|str|None=None)->str:
     """'cpu:gloo,cuda:nccl' when CUDA and NCCL are available and `device` is not a CPU device (CPU tensors through
@@ -207,8 +243,7 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
             _State.n_groups += 1
             store = dist.PrefixStore(JobStore.group_prefix(world.restart_count, _State.n_groups), store)
             _refuse_shared_gpu(store, device, backend, world)
-            try: dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout,
-                                         **_device_id(backend, device))
+            try: init_group(backend, store, rank, size, timeout, **_device_id(backend, device))
             except Exception as e:
                 if 'gloo' in _backends(backend).values(): e.add_note(_ifname_note())
                 raise

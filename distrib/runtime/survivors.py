@@ -9,13 +9,13 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 from .world import current_world, pg_initialized
-from .group import group_timeout
+from .group import group_timeout, init_group, group_connections
 from .schema import JobStore, STORE_ERRORS, store_client
 from .liveness import renew_liveness
 
 # %% auto #0
 __all__ = ['ON_FAILURE_ENV', 'ON_FAILURE', 'BATCH_CHANGE_ENV', 'on_failure', 'allow_batch_change', 'Loss', 'publish_loss',
-           'SurvivorError', 'Agreement', 'Survivors', 'group_sockets', 'abort_group', 'reform_group', 'equalize']
+           'SurvivorError', 'Agreement', 'Survivors', 'abort_group', 'reform_group', 'equalize']
 
 # %% ../../nbs/10a_runtime.survivors.ipynb #f01e57dc
 ON_FAILURE_ENV = 'DISTRIB_ON_FAILURE'  # what the workers of `python -m distrib.launch --on-failure X` read
@@ -108,16 +108,13 @@ class Survivors:
     def __init__(self, store, start_rank:int, start_world:int, restart:int=0):
         self.store, self.start_rank, self.start_world, self.restart = store, start_rank, start_world, restart
         self.losses, self.gen = [], 0
-        self.port, self.sockets = None, {}   # the store's port; the group's connections (`group_sockets`)
 
     @classmethod
     def from_env(cls, world=None)->'Survivors':
-        """For this rank of the job `world` (default `current_world()`), with its own client of the job's store, and
-        the connections of its process group (`group_sockets`), formed by now"""
+        """For this rank of the job `world` (default `current_world()`), with its own client of the job's store"""
         world = current_world() if world is None else world
         sv = cls(store_client(world.master_addr, world.master_port, 60.), world.rank, world.world_size,
                  world.restart_count)
-        sv.port, sv.sockets = world.master_port, group_sockets(world.master_port)   # the group formed: its sockets
         return sv
 
     def notice(self, wait:float)->list:
@@ -164,43 +161,14 @@ class Survivors:
                                     f"seeing it end (frozen, or a node lost). The job ends")
 
 # %% ../../nbs/10a_runtime.survivors.ipynb #c30af95b
-def _tcp_table()->dict:
-    "inode -> (local port, remote port) of the host's established TCP sockets (IPv4 and IPv6), from /proc/net"
-    out = {}
-    for f in ('/proc/net/tcp', '/proc/net/tcp6'):
-        try: rows = open(f).read().splitlines()[1:]
-        except OSError: continue  # no /proc (not Linux), or no IPv6
-        for row in rows:
-            c = row.split()
-            if len(c) > 9 and c[3] == '01':   # ESTABLISHED
-                out[int(c[9])] = (int(c[1].rsplit(':', 1)[1], 16), int(c[2].rsplit(':', 1)[1], 16))
-    return out
-
-def group_sockets(store_port:int|None)->dict:
-    """fd -> inode of this process's established TCP connections that are not the job store's (port `store_port`):
-    under distrib.launch, the process group's (gloo's pairs to the other ranks), and any other the script opened.
-    Read from /proc (Linux); {} elsewhere."""
-    table, out = _tcp_table(), {}
-    try: fds = os.listdir('/proc/self/fd')
-    except OSError: return out
-    for fd in fds:
-        try: link = os.readlink(f'/proc/self/fd/{fd}')
-        except OSError: continue  # closed since the listing
-        if not link.startswith('socket:['): continue
-        ino = int(link[8:-1])
-        if ino in table and store_port not in table[ino]: out[int(fd)] = ino
-    return out
-
-def abort_group(sockets:dict):
-    """Abort the default process group that a lost rank broke: shut down its connections `sockets` (fd -> inode, as
-    `group_sockets` gave them when the group formed; those still open and the same), so that a survivor still
+def abort_group():
+    """Abort the default process group that a lost rank broke: shut down its connections (`group_connections`: the
+    sockets its `init_process_group` opened, still open; never a socket the script opened), so that a survivor still
     blocked in a collective with this one (waiting for this one's data, not the lost rank's) fails at once and comes
     to the agreement too; then destroy it (its errors are ignored). Gloo's own `abort` and `destroy_process_group`
     leave its connections open while a reference to the group lives (DDP holds one). Nothing without a group."""
     if not pg_initialized(): return
-    now = group_sockets(None)
-    for fd, ino in sockets.items():
-        if now.get(fd) != ino: continue   # closed, or the number reused by another socket
+    for fd in group_connections():   # those still open: a number reused by another socket is not among them
         try:
             s = socket.socket(fileno=os.dup(fd))
             try: s.shutdown(socket.SHUT_RDWR)
@@ -226,7 +194,7 @@ def reform_group(store,          # a client of the job's store
     os.environ['RANK'], os.environ['WORLD_SIZE'] = str(rank), str(world_size)
     t = datetime.timedelta(seconds=group_timeout() if timeout is None else timeout)
     pstore = dist.PrefixStore(_prefix(restart) + f'group/{gen}', store)
-    dist.init_process_group(backend, store=pstore, rank=rank, world_size=world_size, timeout=t)
+    init_group(backend, pstore, rank, world_size, t)
     renew_liveness(current_world(), gen)
 
 def equalize(model:torch.nn.Module, opt, src:int):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, sys, time
 from ..callback.checkpoint import Checkpoint
 from ..runtime.survivors import (ON_FAILURE_ENV, BATCH_CHANGE_ENV, SurvivorError, Survivors, Agreement,
-                                       allow_batch_change, abort_group, group_sockets, reform_group,
+                                       allow_batch_change, abort_group, reform_group,
                                        equalize)
 
 # %% auto #0
@@ -111,7 +111,7 @@ def go_on(trainer,           # the `DistributedTrainer` of the fit
     if what == 'fit':
         raise SurvivorError(f"{lost} in {_where(learn)}: --on-failure continue goes on from a training batch or a "
                             "validation pass, not from there; use --on-failure restart with a Checkpoint") from e
-    abort_group(sv.sockets)   # a survivor blocked in a collective with this one fails too, and comes to agree
+    abort_group()   # a survivor blocked in a collective with this one fails too, and comes to agree
     valid = what == 'validate'   # the training pass is over: its every batch done
     stepped = trainer.step_at == (learn.epoch, learn.iter)
     batch = len(learn.dls.train) if valid else learn.iter + stepped
@@ -124,7 +124,6 @@ def go_on(trainer,           # the `DistributedTrainer` of the fit
     G = dl.batch_size * dl.world_size
     per_rank = _per_rank(G, a.world_size, a.lost)
     reform_group(sv.store, sv.restart, a.gen, a.rank, a.world_size, trainer.backend)
-    sv.sockets = group_sockets(sv.port)   # the new group's connections, for the next loss
     equalize(trainer.inner, learn.opt, a.src)
     t2 = time.time()
     trainer.rewire(per_rank)

@@ -15,6 +15,8 @@ global batch.
 `e`, `phase` 'train' (before its backward), 'valid' (after its forward in the validation pass) or 'end' (at
 `after_train`, before the Recorder's all-reduce of the pass's losses; `b` is not read). `SURVIVORS_CHECKPOINT=1` adds
 a `Checkpoint`.
+Every rank opens a TCP connection of its own (`own_connection`) inside `distrib_ctx`, and uses it after the fit: the
+survivors shut down their group's connections, never the script's.
 `SURVIVORS_STALL=r`: start rank `r` sleeps 5 s after its step at batch 3 of epoch 2 (the other ranks wait for it).
 """
 import os, signal, sys, time
@@ -78,6 +80,15 @@ def learner(world_size:int, loss:str, victim:int|None=None, d:Path|None=None)->L
     if os.environ.get('SURVIVORS_CHECKPOINT') and d is not None: cbs.append(Checkpoint(d/'ck', every_epoch=1))
     return Learner(DataLoaders(train, valid), model, F.mse_loss if loss == 'mean' else sum_and_count, lr=1e-2, cbs=cbs)
 
+def own_connection()->tuple:
+    "A TCP connection of the script's own (a listener on 127.0.0.1 and a client): `(client, server side)`"
+    import socket
+    lst = socket.create_server(('127.0.0.1', 0))
+    c = socket.create_connection(lst.getsockname())
+    s, _ = lst.accept()
+    lst.close()
+    return c, s
+
 if __name__ == '__main__':
     mode, d, loss = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     if mode == 'ref':
@@ -88,7 +99,10 @@ if __name__ == '__main__':
     else:
         learn = learner(START.world_size, loss, int(sys.argv[4]), d)
         with learn.distrib_ctx(backend='gloo'):
+            mine = own_connection()   # opened after the group formed, as a tracker's would be: no loss may touch it
             learn.fit(EPOCHS)
+            mine[0].sendall(b'x')
+            assert mine[1].recv(1) == b'x', "the script's own connection was shut down by the survivors"
             if current_world().rank == 0:
                 torch.save(learn.model.module.state_dict(), d/'weights.pt')
                 torch.save(learn.recorder.values, d/'values.pt')
