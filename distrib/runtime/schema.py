@@ -183,6 +183,27 @@ class JobStore:
         return f"distrib/survive/{restart_count}/"
 
     @staticmethod
+    def loss_key(restart_count:int, n:int|None=None)->str:
+        """The survivors' key of loss number `n` (1, 2, ...) in attempt `restart_count` (its record, which the launcher
+        sets); with `n` None, the counter of the losses (the launcher `add`s to it)"""
+        return JobStore.survivors_prefix(restart_count) + ('nlost' if n is None else f'lost/{n}')
+
+    @staticmethod
+    def agreement_key(restart_count:int, generation:int, # the attempt; the losses the agreement follows
+                      what:str,                          # 'at', 'src' (with `steps`), 'arrived' or 'done'
+                      steps:int|None=None)->str:         # the optimizer steps a survivor completed
+        """A key of the survivors' agreement of `generation`: 'at/<steps>' (a counter: the first survivor with that
+        count says where it goes on), 'src/<steps>' (that survivor's place), 'arrived' (a counter of the survivors),
+        'done' (set by the last)"""
+        key = JobStore.survivors_prefix(restart_count) + f'gen/{generation}/{what}'
+        return key if steps is None else f'{key}/{steps}'
+
+    @staticmethod
+    def survivors_group_prefix(restart_count:int, generation:int)->str:
+        "The prefix of the process group's store that the survivors of `generation` losses re-form"
+        return JobStore.survivors_prefix(restart_count) + f'group/{generation}'
+
+    @staticmethod
     def group_prefix(restart_count:int, # the attempt (torchrun's TORCHELASTIC_RESTART_COUNT)
                      n:int,             # the process groups this process created so far, this one included
                     )->str:             # the prefix of the group's `PrefixStore`

@@ -51,7 +51,6 @@ class Loss(NamedTuple):
             except ValueError: return f"killed by signal {-self.code}"
         return f"exited with code {self.code}"
 
-def _prefix(restart:int)->str: return JobStore.survivors_prefix(restart)
 
 def publish_loss(store,         # a client of the job's store (unprefixed)
                  restart:int,   # the attempt (torchrun's TORCHELASTIC_RESTART_COUNT)
@@ -61,19 +60,17 @@ def publish_loss(store,         # a client of the job's store (unprefixed)
                 )->int:         # the number of this loss in the job (1, 2, ...)
     """The launcher's notice that worker `rank` ended while others run: loss number `n` (one `add`), then its record
     under `lost/<n>` (one `set`), which the survivors wait for. Raises what the store raises."""
-    p = _prefix(restart)
-    n = store.add(p + 'nlost', 1)
-    store.set(p + f'lost/{n}', json.dumps([rank, code, time.time() if t is None else t]))
+    n = store.add(JobStore.loss_key(restart), 1)
+    store.set(JobStore.loss_key(restart, n), json.dumps([rank, code, time.time() if t is None else t]))
     return n
 
 def _read_losses(store, restart:int, since:int, wait:float)->list:
     """The `Loss`es published after the first `since`, waiting up to `wait` seconds for the next one; [] when none
     came. Three calls at most (a `wait`, an `add` of 0, a `multi_get`), whatever the world size."""
-    p = _prefix(restart)
-    try: store.wait([p + f'lost/{since + 1}'], datetime.timedelta(seconds=wait))
+    try: store.wait([JobStore.loss_key(restart, since + 1)], datetime.timedelta(seconds=wait))
     except STORE_ERRORS: return []  # no notice within `wait`: no loss (the store's timeout, or the store gone)
-    n = store.add(p + 'nlost', 0)
-    keys = [p + f'lost/{i}' for i in range(since + 1, n + 1)]
+    n = store.add(JobStore.loss_key(restart), 0)
+    keys = [JobStore.loss_key(restart, i) for i in range(since + 1, n + 1)]
     store.wait(keys)  # a loss counted is written right after
     return [Loss(*json.loads(v)) for v in store.multi_get(keys)]
 
@@ -133,14 +130,14 @@ class Survivors:
         while True:
             gen = len(self.losses)
             rank, world = _new_place(self.start_rank, self.start_world, [l.rank for l in self.losses])
-            p = _prefix(self.restart) + f'gen/{gen}/'
-            if self.store.add(p + f'at/{steps}', 1) == 1:  # the first with this count says where it goes on
-                self.store.set(p + f'src/{steps}', json.dumps(dict(resume, rank=rank)))
-            if self.store.add(p + 'arrived', 1) == world: self.store.set(p + 'done', '1')
-            if self._wait_done(p + 'done', end, timeout): break
+            def key(what, n=None, gen=gen): return JobStore.agreement_key(self.restart, gen, what, n)
+            if self.store.add(key('at', steps), 1) == 1:  # the first with this count says where it goes on
+                self.store.set(key('src', steps), json.dumps(dict(resume, rank=rank)))
+            if self.store.add(key('arrived'), 1) == world: self.store.set(key('done'), '1')
+            if self._wait_done(key('done'), end, timeout): break
         self.gen = gen
-        most = steps + 1 if self.store.check([p + f'src/{steps + 1}']) else steps  # counts differ by one at most
-        src = json.loads(self.store.get(p + f'src/{most}'))
+        most = steps + 1 if self.store.check([key('src', steps + 1)]) else steps  # counts differ by one at most
+        src = json.loads(self.store.get(key('src', most)))
         return Agreement(gen, rank, world, tuple(self.losses), most, src.pop('rank'), src)
 
     def _wait_done(self, key:str, end:float, timeout:float)->bool:
@@ -193,7 +190,7 @@ def reform_group(store,          # a client of the job's store
         except Exception: pass  # the group is broken: what is left of it goes with its last reference
     os.environ['RANK'], os.environ['WORLD_SIZE'] = str(rank), str(world_size)
     t = datetime.timedelta(seconds=group_timeout() if timeout is None else timeout)
-    pstore = dist.PrefixStore(_prefix(restart) + f'group/{gen}', store)
+    pstore = dist.PrefixStore(JobStore.survivors_group_prefix(restart, gen), store)
     init_group(backend, pstore, rank, world_size, t)
     renew_liveness(current_world(), gen)
 
