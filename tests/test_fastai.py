@@ -285,12 +285,12 @@ def test_notebook_launch():
     d = compare('one_cycle', ours, 2)
     assert d['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in d.items() if k != 'weights'), d
 
-def run_ckpt(tmp_path, nproc:int, bs:int, case:str, d, mix:bool=False, fp16:bool=False)->dict:
+def run_ckpt(tmp_path, nproc:int, bs:int, case:str, d, mix:bool=False, fp16:bool=False, n:int|None=None)->dict:
     """Case `case` (`ckpt_stop`, `ckpt_resume`) on `nproc` x `bs`, its checkpoints in `d`, with MixUp if `mix`, with
-    fastai's MixedPrecision and a GradScaler on the CPU if `fp16`"""
+    fastai's MixedPrecision and a GradScaler on the CPU if `fp16`, over `n` training items if given (`job.job_n`)"""
     out = tmp_path/f'{case}-{nproc}.json'
     env = {'FASTAI_JOB_BS': str(bs), 'FASTAI_JOB_CKPT': str(d), **({'FASTAI_JOB_MIX': '1'} if mix else {}),
-           **({'FASTAI_JOB_FP16': '1'} if fp16 else {})}
+           **({'FASTAI_JOB_FP16': '1'} if fp16 else {}), **({'FASTAI_JOB_N': str(n)} if n is not None else {})}
     r = launch(SCRIPTS/'fastai_job.py', out, case, nproc=nproc, timeout=240, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     return json.loads(out.read_text())[case]
@@ -313,6 +313,29 @@ def test_checkpoint_resumes_mid_epoch(tmp_path):
         assert ours['resumed_from'] == str(d/'checkpoints'/Path(stop['file']).name), ours['resumed_from']
         diffs = {k: diff(ours[k], ref[k]) for k in ('weights', 'values', 'preds', 'losses', 'validate')}
         print(f"resumed on {nproc} x {bs}: " + ', '.join(f"{k} {v:.1e}" for k, v in diffs.items()))
+        assert ours['targs'] == ref['targs'] and ours['rank_spread'] == 0
+        assert diffs['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in diffs.items() if k != 'weights'), diffs
+
+@pytest.mark.parametrize('n', (98, 101))
+def test_checkpoint_resumes_mid_epoch_any_size(tmp_path, monkeypatch, n):
+    """The same over `n` training items, which the global batch 12 does not divide: 9 steps per epoch on every world,
+    the last global batch of 98 % 12 = 2 items (on 3 x 4: rank 2's share empty) or of 101 % 12 = 5 (on 3 x 4: 2, 2 and
+    1 rows). Stopped on 2 x 6 mid-epoch, resumed on 3 x 4 and on 1 x 12: each ends as fastai alone in one process with
+    12 over the same `n` items, uninterrupted"""
+    import shutil
+    stop = run_ckpt(tmp_path, 2, 6, 'ckpt_stop', tmp_path/'stop', n=n)['preempted']
+    print(f"\n{n} items, stopped: {stop}")
+    assert stop['code'] == 128 + 10 and stop['epoch'] == 1 and 0 < stop['batch'] < stop['n_iter'] == 9, stop
+    monkeypatch.setenv('FASTAI_JOB_N', str(n))
+    ref = job.run_case('one_cycle', 12)
+    assert len(ref['values']) == 2 and ref['preds'], ref.keys()
+    for nproc, bs in ((3, 4), (1, 12)):
+        d = tmp_path/f'resume{nproc}'
+        shutil.copytree(tmp_path/'stop', d)
+        ours = run_ckpt(tmp_path, nproc, bs, 'ckpt_resume', d, n=n)
+        assert ours['resumed_from'] == str(d/'checkpoints'/Path(stop['file']).name), ours['resumed_from']
+        diffs = {k: diff(ours[k], ref[k]) for k in ('weights', 'values', 'preds', 'losses', 'validate')}
+        print(f"{n} items, resumed on {nproc} x {bs}: " + ', '.join(f"{k} {v:.1e}" for k, v in diffs.items()))
         assert ours['targs'] == ref['targs'] and ours['rank_spread'] == 0
         assert diffs['weights'] <= 1e-5 and all(v <= 1e-6 for k, v in diffs.items() if k != 'weights'), diffs
 

@@ -9,7 +9,8 @@ fastai's TerminateOnNaNCallback) are cases too; `ckpt_stop` (fit_one_cycle
 with distrib's Checkpoint, stopped by SIGUSR1 on rank 1 in the middle of epoch 1) and `ckpt_resume` (the same line,
 resumed) write and read the checkpoints in $FASTAI_JOB_CKPT, with a per-rank batch of $FASTAI_JOB_BS (default B),
 and fastai's MixUp when $FASTAI_JOB_MIX is set (its reference is then `mixup`), fastai's MixedPrecision (`to_fp16`)
-with an enabled GradScaler on the CPU when $FASTAI_JOB_FP16 is set.
+with an enabled GradScaler on the CPU when $FASTAI_JOB_FP16 is set. $FASTAI_JOB_N, when set, is the training set's size
+of every case that has no size of its own (`SIZES`): `data`'s `n_train` (no drop_last; default: `N_TRAIN`, drop_last).
 Imported by the test for `run_case`, with fastai and no distrib context."""
 import json, sys, time
 from functools import partial
@@ -313,7 +314,7 @@ def run_case(name:str, bs:int)->dict:
     else:
         learn, out = learner(bs, 'sgd' if name == 'sgd' else 'adam', ignore=name.startswith('ignore') or
                              name.endswith('_ignore'), image=name == 'cutmix', tfms=name == 'tfms',
-                             n_train=SIZES.get(name),
+                             n_train=SIZES.get(name, job_n()),
                              loss_func=LabelSmoothingCrossEntropyFlat() if name.endswith('_ls') else None), {}
     mix = name in ('mixup', 'cutmix')   # distrib's draws: the reference is under distrib_ctx in one process too
     ctx = (learn.distrib_ctx() if hasattr(learn, 'distrib_ctx') and (mix or bs == job_bs() and _world() > 1)
@@ -406,6 +407,12 @@ def job_bs()->int:
     "The per-rank batch of a launched job: $FASTAI_JOB_BS, default B"
     import os
     return int(os.environ.get('FASTAI_JOB_BS', B))
+
+def job_n()->int|None:
+    "The training set's size of a case without a size of its own: $FASTAI_JOB_N, default None (`data`'s `N_TRAIN`)"
+    import os
+    n = os.environ.get('FASTAI_JOB_N')
+    return None if n is None else int(n)
 
 def _world()->int:
     import os
