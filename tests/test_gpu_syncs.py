@@ -25,7 +25,7 @@ def one(): return _job('one', 1)
 @pytest.fixture(scope='module')
 def two(): return _job('two', 2)
 
-CASES = ['syncs_known_equal', 'syncs_count_all_reduced', 'syncs_forced_sync']
+CASES = ['syncs_known_equal', 'syncs_count_summed', 'syncs_forced_sync']
 
 def _check(job, name):
     r, out = job
