@@ -18,7 +18,7 @@ from .stalls import watch_stalls
 from .schema import JobStore
 
 # %% auto #0
-__all__ = ['DEFAULT_TIMEOUT', 'rank_device', 'init_group', 'group_connections', 'default_backend', 'setup_distrib',
+__all__ = ['DEFAULT_TIMEOUT', 'rank_device', 'recording_connections', 'group_connections', 'default_backend', 'setup_distrib',
            'ensure_distrib', 'group_backend', 'distrib_timeout', 'group_timeout', 'distrib_barrier', 'teardown_distrib',
            'run_as_rank', 'rank0_only', 'rank0_first']
 
@@ -68,18 +68,19 @@ def _connected(fd:int)->bool:
     except OSError: return False
     finally: s.close()   # the duplicate only
 
-def init_group(backend:str, store, rank:int, world_size:int, # as `dist.init_process_group`'s
-               timeout:datetime.timedelta, **kwargs):
-    """`dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)`,
-    recording the sockets it opened (`group_connections`). Raises what `init_process_group` raises."""
+@contextmanager
+def recording_connections():
+    """Context manager around `dist.init_process_group`: records the sockets opened inside it (`group_connections`),
+    when it ends without an exception. (A context, not a wrapper: the call's frame stays its caller's, which a
+    timeout's message names.)"""
     before = _socket_fds()
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs)
+    yield
     _State.connections = {fd: ino for fd, ino in _socket_fds().items() if before.get(fd) != ino and _connected(fd)}
 
 def group_connections()->dict:
-    """fd -> inode of the sockets the default process group opened as it formed (`init_group`: gloo's connections
-    to the other ranks, its listener aside) that are still open (the same inode at the same fd); {} without /proc (not
-    Linux), or before a group formed"""
+    """fd -> inode of the sockets the default process group opened as it formed (`recording_connections`: gloo's
+    connections to the other ranks, its listener aside) that are still open (the same inode at the same fd); {}
+    without /proc (not Linux), or before a group formed"""
     now = _socket_fds()
     return {fd: ino for fd, ino in _State.connections.items() if now.get(fd) == ino}
 
@@ -243,7 +244,10 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
             _State.n_groups += 1
             store = dist.PrefixStore(JobStore.group_prefix(world.restart_count, _State.n_groups), store)
             _refuse_shared_gpu(store, device, backend, world)
-            try: init_group(backend, store, rank, size, timeout, **_device_id(backend, device))
+            try:
+                with recording_connections():
+                    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout,
+                                            **_device_id(backend, device))
             except Exception as e:
                 if 'gloo' in _backends(backend).values(): e.add_note(_ifname_note())
                 raise

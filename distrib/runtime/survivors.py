@@ -9,7 +9,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 from .world import current_world, pg_initialized
-from .group import group_timeout, init_group, group_connections
+from .group import group_timeout, recording_connections, group_connections
 from .schema import JobStore, STORE_ERRORS, store_client
 from .liveness import renew_liveness
 
@@ -191,7 +191,8 @@ def reform_group(store,          # a client of the job's store
     os.environ['RANK'], os.environ['WORLD_SIZE'] = str(rank), str(world_size)
     t = datetime.timedelta(seconds=group_timeout() if timeout is None else timeout)
     pstore = dist.PrefixStore(JobStore.survivors_group_prefix(restart, gen), store)
-    init_group(backend, pstore, rank, world_size, t)
+    with recording_connections():
+        dist.init_process_group(backend, store=pstore, rank=rank, world_size=world_size, timeout=t)
     renew_liveness(current_world(), gen)
 
 def equalize(model:torch.nn.Module, opt, src:int):
