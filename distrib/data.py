@@ -360,6 +360,16 @@ class DistributedDL:
             return self.n // G if self.drop_last else math.ceil(self.n / G)
         return self.n_shard // self.batch_size if self.drop_last else math.ceil(self.n_shard / self.batch_size)
 
+    def epoch_step_rows(self)->list:
+        """Samples in each step of a whole epoch, over all ranks (the loop protocol's optional loader member,
+        `distrib.loop.epoch_step_rows_of`; a schedule counts an accumulation's optimizer steps by them): in the global
+        layout (`equal` without `pad`), one process's batches of `world_size*batch_size`, the last possibly fewer;
+        otherwise this rank's batches times `world_size` (every rank's batches alike). `len(self)` of them"""
+        even, W = self.even, self.world_size
+        n, bs, k = (self.n, self.batch_size*W, 1) if even else (self.n_shard, self.batch_size, W)
+        full, rest = divmod(n, bs)
+        return [bs*k]*full + ([rest*k] if rest and not self.drop_last else [])
+
     @property
     def start_batch(self)->int:
         "Number of the next iteration's first batch in the epoch: 0 unless `start_batch` was set or `start_at` called"

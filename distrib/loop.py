@@ -7,9 +7,9 @@ from __future__ import annotations
 from torch.utils.data import RandomSampler
 
 # %% auto #0
-__all__ = ['LOOP_ATTRS', 'FIT_ATTRS', 'RESUME_ATTRS', 'fit_epochs', 'is_sharded', 'shard_world', 'batch_rows_of',
-           'start_batch_of', 'loader_order', 'check_loop', 'check_resumable_loop', 'batches_per_epoch', 'start_at',
-           'loop_state', 'load_loop_state']
+__all__ = ['LOOP_ATTRS', 'FIT_ATTRS', 'RESUME_ATTRS', 'fit_epochs', 'is_sharded', 'shard_world', 'batch_rows_of', 'step_rows',
+           'epoch_step_rows_of', 'start_batch_of', 'loader_order', 'check_loop', 'check_resumable_loop',
+           'batches_per_epoch', 'start_at', 'loop_state', 'load_loop_state']
 
 # %% ../nbs/12b_loop.ipynb #2bb74349
 def fit_epochs(learn)->tuple:
@@ -32,6 +32,20 @@ def batch_rows_of(dl)->tuple|None:
     its optional `batch_rows` (a `DistributedDL` of the global layout sets it); None where the loader does not say,
     the ranks' batches then taken as equal (a padded shard, a plain loader, a stream)"""
     return getattr(dl, 'batch_rows', None) if is_sharded(dl) else None
+
+def step_rows(dl, bs:int, world_size:int)->tuple:
+    """`(mine, total)`: the rows of the step whose batch loader `dl` yielded last, on this rank (`bs`, the rows of its
+    batch) and over the `world_size` ranks: `batch_rows_of(dl)` where the loader says, else `(bs, bs*world_size)`,
+    the ranks' batches taken as equal. What a gradient accumulation counts its micro-batches by (distrib's and
+    fastai's `GradientAccumulation`)"""
+    rows = batch_rows_of(dl)
+    return (bs, bs*world_size) if rows is None else rows
+
+def epoch_step_rows_of(dl)->list|None:
+    """Samples in each step of a whole epoch of loader `dl`, over all ranks, from its optional `epoch_step_rows()`
+    (`DistributedDL`'s); None where a sharded loader does not tell (a stream) or `dl` is not sharded"""
+    f = getattr(dl, 'epoch_step_rows', None) if is_sharded(dl) else None
+    return f() if callable(f) else None
 
 def start_batch_of(dl)->int:
     "The batch a pass over loader `dl` starts at: its `start_batch` (a resumed pass), 0 for a loader without it"

@@ -35,7 +35,9 @@ def test_raising_script_summary_first_traceback_once(tmp_path):
     assert sorted(out) == ['up 0', 'up 1'], r.stdout
     lines = r.stderr.splitlines()
     assert re.match(r'distrib.launch: rank (\d) failed \(exit code 1\): ValueError: bad data$', lines[0]), r.stderr
-    assert re.match(r'distrib.launch:   then rank (\d) ended \(exit code 1\): ValueError: bad data$', lines[1]), \
+    # rank 1 raised too; whether it had exited when the agent stopped the others (SIGTERM, -15) is a race on a loaded
+    # machine, the error it recorded is named either way
+    assert re.match(r'distrib.launch:   then rank (\d) ended \(exit code (1|-15)\): ValueError: bad data$', lines[1]), \
         r.stderr
     assert lines[2] == 'distrib.launch: traceback of ranks 0, 1:' and lines[3].startswith('Traceback'), r.stderr
     assert r.stderr.count('Traceback') == 1 and lines[-1] == 'ValueError: bad data', r.stderr

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from ..data import find_bs
-from ..loop import shard_world, batch_rows_of
+from ..loop import shard_world, step_rows
 from ..losses import reweigh
 from .core import Callback, CancelBatchException
 from ..state import sharding_types
@@ -129,8 +129,8 @@ class GradientAccumulation(Callback):
         self.active = self.learn.training and bool(self.learn.yb)
         if not self.active: return
         dl = self.learn.dl
-        self.bs, self.world, rows = find_bs(self.learn.yb), shard_world(dl), batch_rows_of(dl)
-        self.global_bs = self.bs*self.world if rows is None else rows[1]   # this micro-batch's samples, all ranks'
+        self.bs, self.world = find_bs(self.learn.yb), shard_world(dl)
+        self.global_bs = step_rows(dl, self.bs, self.world)[1]   # this micro-batch's samples, all ranks'
         self.last = self.count + self.global_bs >= self.n_acc   # this micro-batch ends the window
         ddp, fsdp = self._ddp(), self._fsdp()
         quiet = self.strategy == 'forced_sync' or (self.strategy == 'single_auto_sync' and not self.last)

@@ -8,7 +8,7 @@ import math
 from torch.utils.data import DataLoader
 from fastcore.basics import patch, listify
 from .core import Callback
-from ..loop import is_sharded
+from ..loop import is_sharded, epoch_step_rows_of
 from ..learner import Learner
 
 # %% auto #0
@@ -119,16 +119,10 @@ def set_hyper(opt, name:str, value):
 
 # %% ../../nbs/24_callback.schedule.ipynb #ba6c5daa
 def _epoch_batch_sizes(dl)->list|None:
-    """Samples in each step of an epoch of `dl`, over all ranks; None when `dl` does not tell. A sharded loader of the
-    global layout (`even`: each step one process's batch) tells its global batches; another, its rank's batches times
-    its world size (every rank's batches alike)"""
-    if is_sharded(dl):
-        if getattr(dl, 'n_shard', None) is None: return None   # a stream, or a loader that does not tell
-        even, W = getattr(dl, 'even', False), dl.world_size
-        n, bs = (len(dl.dataset), dl.batch_size*W) if even else (dl.n_shard, dl.batch_size)
-        full, rest = divmod(n, bs)
-        k = 1 if even else W   # the samples of a step per sample of this rank's batch
-        return [bs*k]*full + ([rest*k] if rest and not dl.drop_last else [])
+    """Samples in each step of an epoch of `dl`, over all ranks; None when `dl` does not tell. A sharded loader tells
+    them itself (`epoch_step_rows_of`); a torch `DataLoader` with a batch size over a dataset with a length, by its
+    batch size"""
+    if is_sharded(dl): return epoch_step_rows_of(dl)
     elif isinstance(dl, DataLoader) and dl.batch_size is not None and hasattr(dl.dataset, '__len__'):
         n, bs, drop = len(dl.dataset), dl.batch_size, dl.drop_last
     else: return None

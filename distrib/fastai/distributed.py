@@ -27,7 +27,7 @@ from ..runtime.group import group_timeout, rank_device, setup_distrib as setup_g
 from ..runtime.waits import agree_cancel
 from ..runtime.position import doing
 from ..runtime.collectives import broadcast_object
-from ..loop import is_sharded, batch_rows_of
+from ..loop import is_sharded, step_rows
 from ..losses import reweigh
 from ..model import model_device, unwrap_model
 from ..strategies import ddp, dp, context
@@ -114,9 +114,7 @@ def _count_global_rows(ga:GradientAccumulation, n_acc:float, W:int):
     global batch; 0 for an empty batch, where fastai's would divide by 0), and its `before_step` counts the step's
     rows over all ranks, so every rank steps at the same micro-batch, as one process does with the global batches"""
     def rows(self)->tuple:
-        r = batch_rows_of(self.learn.dl)
-        if r is None: bs = find_bs(self.learn.yb); r = (bs, bs*W)
-        return r
+        return step_rows(self.learn.dl, find_bs(self.learn.yb), W)
     def after_loss(self):
         self.learn.loss_grad = reweigh(self.learn.loss_grad, rows(self)[0]*W/n_acc)
     def before_step(self):   # `self`, the callback, raises the cancel: LoopWatch knows it as every rank's alike

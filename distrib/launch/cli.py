@@ -19,7 +19,8 @@ from ..runtime.errors import ErrorRecord, Failure, root_failure
 from ..runtime.procs import reaping_stopped_children
 from ..runtime.postmortem import LauncherView
 from .store import LaunchError, listen_socket, localhost_store
-from ..runtime.survivors import ON_FAILURE_ENV, ON_FAILURE, Loss, publish_loss
+from ..runtime.world import ON_FAILURE_ENV, ON_FAILURE
+from ..runtime.survivors import Loss, publish_loss
 
 # %% auto #0
 __all__ = ['SHUTDOWN_TIMEOUT', 'default_nproc', 'help_text', 'wants_help', 'gpu_devices', 'failure_mode', 'build_args',
@@ -461,19 +462,39 @@ def _copy_at_records(envs:dict, view:LauncherView):
         view.copy_at_records(store, [int(e['RANK']) for e in envs.values()], attempt)
     except (*LauncherView.STORE_ERRORS, KeyError): pass  # no store (its host is gone): the summary reads the heartbeats
 
-class _Exits:
-    """The exits of one run's workers (torchrun's `pcontext`), each published once, each in a thread of its own
-    (`_publish_exit`): the agent's monitoring loop never waits for a store. When the run fails, the workers'
-    at-records in the directory of `view` (default `LauncherView()`: `DISTRIB_AT_DIR`'s; none: none kept) are copied
-    into the store once, in a thread too"""
-    def __init__(self, pcontext, view:LauncherView|None=None):
-        self.pcontext, self.view, self.seen, self.threads, self.copied = pcontext, view, set(), [], False
-        if view is None: self.view = LauncherView()
+class _Publications:
+    """The agent's publications in the job's store, each in a daemon thread of its own: the agent's monitoring loop
+    never waits for a store. The agent joins them all before its process ends (`join`): a thread still inside the
+    store's client then (connecting to a store whose host is gone: `LauncherView.client`'s TCPStore raises after twice
+    its timeout, 22 s for 10 s on torch 2.13) would abort the process if it returns to Python as the interpreter ends
+    (pybind11 cannot take the GIL then: C++'s `std::terminate`, exit code -6)"""
+    def __init__(self): self.threads = []
 
-    def _start(self, target, *args):
-        t = threading.Thread(target=target, args=args, daemon=True, name='distrib-exit')
+    def start(self, target, *args, name:str='distrib-exit'):
+        "Run `target(*args)` in a new daemon thread named `name`"
+        t = threading.Thread(target=target, args=args, daemon=True, name=name)
         t.start()
         self.threads.append(t)
+
+    def join(self, timeout:float):
+        "Wait up to `timeout` s in all for the publications to end"
+        end = time.monotonic() + timeout
+        for t in self.threads: t.join(max(end - time.monotonic(), 0.))
+
+class _Exits:
+    """The exits of one run's workers (torchrun's `pcontext`), each published once, each in a thread of its own
+    (`_publish_exit`, started by `pubs`, default a new `_Publications`): the agent's monitoring loop never waits for a
+    store. When the run fails, the workers' at-records in the directory of `view` (default `LauncherView()`:
+    `DISTRIB_AT_DIR`'s; none: none kept) are copied into the store once, in a thread too"""
+    def __init__(self, pcontext, view:LauncherView|None=None, pubs:_Publications|None=None):
+        self.pcontext, self.view, self.seen, self.copied = pcontext, view, set(), False
+        self.pubs = _Publications() if pubs is None else pubs
+        if view is None: self.view = LauncherView()
+
+    @property
+    def threads(self)->list: return self.pubs.threads
+
+    def _start(self, target, *args): self.pubs.start(target, *args)
 
     def note(self):
         "Publish the exits seen since the last call"
@@ -490,9 +511,8 @@ class _Exits:
         self._start(_copy_at_records, dict(self.pcontext.envs), self.view)
 
     def join(self, timeout:float):
-        "Wait up to `timeout` s in all for the publications to end (a thread in the store at exit aborts the process)"
-        end = time.monotonic() + timeout
-        for t in self.threads: t.join(max(end - time.monotonic(), 0.))
+        "Wait up to `timeout` s in all for the publications to end (`_Publications.join`)"
+        self.pubs.join(timeout)
 
 def _publish_loss(env:dict, rank:int, code:int, t:float):
     """Publish (`publish_loss`) that the worker of environment `env` (torchrun's), global rank `rank`, ended with
@@ -503,23 +523,23 @@ def _publish_loss(env:dict, rank:int, code:int, t:float):
         publish_loss(store, attempt, rank, code, t)
     except (*LauncherView.STORE_ERRORS, KeyError): pass  # no store: the survivors' wait for a notice ends, then the job
 
-def absorb_losses(pcontext, workers:list)->list:
+def absorb_losses(pcontext, workers:list, pubs:_Publications|None=None)->list:
     """Under `--on-failure continue`: each worker of torchrun's `pcontext` that ended with a non-zero code while
     another of them runs is a change of the job's members, not the run's failure: it leaves the context's running set
     (torchrun's `_poll` would stop every worker at the first failure) and its loss is published for the survivors
-    (`_publish_loss`, in a thread); but not a worker whose recorded error says it ends the job (`final_failure`: the
-    survivors' own `SurvivorError`). Returns the `(global rank, code)` absorbed; [] for a context without that set
-    (a function's, under `--run-path`)"""
+    (`_publish_loss`, in a thread of `pubs`, default a new `_Publications`); but not a worker whose recorded error
+    says it ends the job (`final_failure`: the survivors' own `SurvivorError`). Returns the `(global rank, code)`
+    absorbed; [] for a context without that set (a function's, under `--run-path`)"""
     running = getattr(pcontext, '_running_local_ranks', None)
     if running is None: return []
     codes, out, files = exit_codes(pcontext), [], getattr(pcontext, 'error_files', {})
+    pubs = _Publications() if pubs is None else pubs
     for r in sorted(running):
         if codes.get(r) in (None, 0) or not any(c is None for c in codes.values()): continue
         if files.get(r) and final_failure({r: ProcessFailure(r, 0, codes[r], files[r])}): continue
         running.discard(r)
         out.append((workers[r].global_rank, codes[r]))
-        threading.Thread(target=_publish_loss, args=(pcontext.envs[r], *out[-1], time.time()), daemon=True,
-                         name='distrib-loss').start()
+        pubs.start(_publish_loss, pcontext.envs[r], *out[-1], time.time(), name='distrib-loss')
     return out
 
 class _Agent(launcher_api.LocalElasticAgent):
@@ -528,11 +548,17 @@ class _Agent(launcher_api.LocalElasticAgent):
     the exits that torchrun counts as a success (`LauncherView.record_exit`: code 0 without a goodbye, or any code
     before the worker's first heartbeat), and, when a run fails, its workers' at-records (`copy_at_records`);
     under `--on-failure continue`, absorbing the workers lost while others run (`absorb_losses`), and naming them in
-    one line when the survivors fail after all"""
+    one line when the survivors fail after all. Its publications (`_Publications`) are joined before `run` returns."""
+    def run(self, *args, **kwargs):
+        try: return super().run(*args, **kwargs)
+        finally: self._publications().join(2 * LauncherView.CLIENT_TIMEOUT + 5.)
+
+    def _publications(self)->_Publications: return self.__dict__.setdefault('_pubs', _Publications())
+
     def _monitor_workers(self, worker_group):
         lost = self.__dict__.setdefault('_lost', [])
         if os.environ.get(ON_FAILURE_ENV) == 'continue' and self._pcontext is not None:
-            lost += absorb_losses(self._pcontext, worker_group.workers)
+            lost += absorb_losses(self._pcontext, worker_group.workers, self._publications())
         result = super()._monitor_workers(worker_group)
         if result.is_failed() and lost:
             words = ', '.join(f"rank {r} ({Loss(r, c, 0.).cause})" for r, c in lost)
@@ -540,7 +566,7 @@ class _Agent(launcher_api.LocalElasticAgent):
                   f"failed:", file=sys.stderr, flush=True)
         exits = getattr(self, '_exits', None)
         if exits is None or exits.pcontext is not self._pcontext:
-            exits = self._exits = _Exits(self._pcontext)
+            exits = self._exits = _Exits(self._pcontext, pubs=self._publications())
         exits.note()
         if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY): exits.failed()  # before the summary reads
         if result.state != WorkerState.HEALTHY: exits.join(5.)  # them: the agent stops the workers after this returns

@@ -8,7 +8,7 @@ import gc, os, sys, atexit, datetime, inspect, socket
 from contextlib import contextmanager
 import torch
 import torch.distributed as dist
-from .world import World, WorldError, current_world, pg_initialized
+from .world import World, WorldError, current_world, pg_initialized, on_failure
 from .errors import PeerFailedError
 from .procs import die_with_parent
 from .position import rank_state, doing, long_phase, queue_tracking
@@ -18,9 +18,9 @@ from .stalls import watch_stalls
 from .schema import JobStore
 
 # %% auto #0
-__all__ = ['DEFAULT_TIMEOUT', 'rank_device', 'recording_connections', 'group_connections', 'default_backend', 'setup_distrib',
-           'ensure_distrib', 'group_backend', 'distrib_timeout', 'group_timeout', 'distrib_barrier', 'teardown_distrib',
-           'run_as_rank', 'rank0_only', 'rank0_first']
+__all__ = ['DEFAULT_TIMEOUT', 'rank_device', 'default_backend', 'setup_distrib', 'ensure_distrib', 'group_backend',
+           'distrib_timeout', 'group_timeout', 'distrib_barrier', 'teardown_distrib', 'run_as_rank', 'rank0_only',
+           'rank0_first']
 
 # %% ../../nbs/08_runtime.group.ipynb #6a3f9d47
 def rank_device(device:torch.device|str|int|None=None, # asked for; an int `k` means `cuda:k`
@@ -69,10 +69,15 @@ def _connected(fd:int)->bool:
     finally: s.close()   # the duplicate only
 
 @contextmanager
-def recording_connections():
+def recording_connections(record:bool=True):
     """Context manager around `dist.init_process_group`: records the sockets opened inside it (`group_connections`),
-    when it ends without an exception. (A context, not a wrapper: the call's frame stays its caller's, which a
-    timeout's message names.)"""
+    when it ends without an exception; nothing when not `record` (only survivors abort a group by its connections:
+    `setup_distrib` records them under `--on-failure continue` alone, the two reads of /proc/self/fd then costing
+    nothing in other jobs). (A context, not a wrapper: the call's frame stays its caller's, which a timeout's message
+    names.)"""
+    if not record:
+        yield
+        return
     before = _socket_fds()
     yield
     _State.connections = {fd: ino for fd, ino in _socket_fds().items() if before.get(fd) != ino and _connected(fd)}
@@ -245,7 +250,7 @@ def setup_distrib(device:torch.device|str|int|None=None, # this rank's device; a
             store = dist.PrefixStore(JobStore.group_prefix(world.restart_count, _State.n_groups), store)
             _refuse_shared_gpu(store, device, backend, world)
             try:
-                with recording_connections():
+                with recording_connections(on_failure() == 'continue'):
                     dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout,
                                             **_device_id(backend, device))
             except Exception as e:

@@ -63,14 +63,16 @@ class LauncherView:
             shutil.rmtree(d, ignore_errors=True)
 
     STORE_ERRORS = STORE_ERRORS  # what its methods raise when the job's store is gone (`distrib.runtime.schema`)
+    CLIENT_TIMEOUT = 10.  # seconds `client` waits for the job's store (connecting, a `get`)
 
     @staticmethod
     def client(env:dict, # a worker's environment (torchrun's): its `MASTER_ADDR` and `MASTER_PORT`
               )->tuple:  # (a client of the job's store, its keys unprefixed; the attempt, `TORCHELASTIC_RESTART_COUNT`)
-        """A new client of the job's store that the worker of environment `env` uses (`store_client`, waiting 10 s
-        at most), for `record_exit` and `copy_at_records`, with the worker's attempt. Raises one of `STORE_ERRORS`
-        when the store cannot be reached, `KeyError` or `ValueError` for an environment without its address"""
-        store = store_client(env['MASTER_ADDR'], int(env['MASTER_PORT']), timeout=10.)
+        """A new client of the job's store that the worker of environment `env` uses (`store_client`,
+        waiting `CLIENT_TIMEOUT` s at most), for `record_exit` and `copy_at_records`, with the worker's attempt.
+        Raises one of `STORE_ERRORS` when the store cannot be reached, `KeyError` or `ValueError` for an environment
+        without its address"""
+        store = store_client(env['MASTER_ADDR'], int(env['MASTER_PORT']), timeout=LauncherView.CLIENT_TIMEOUT)
         return store, int(env.get('TORCHELASTIC_RESTART_COUNT', 0))
 
     @staticmethod

@@ -14,27 +14,7 @@ from .schema import JobStore, STORE_ERRORS, store_client
 from .liveness import renew_liveness
 
 # %% auto #0
-__all__ = ['ON_FAILURE_ENV', 'ON_FAILURE', 'BATCH_CHANGE_ENV', 'on_failure', 'allow_batch_change', 'Loss', 'publish_loss',
-           'SurvivorError', 'Agreement', 'Survivors', 'abort_group', 'reform_group', 'equalize']
-
-# %% ../../nbs/10a_runtime.survivors.ipynb #f01e57dc
-ON_FAILURE_ENV = 'DISTRIB_ON_FAILURE'  # what the workers of `python -m distrib.launch --on-failure X` read
-ON_FAILURE = ('stop', 'restart', 'continue')
-BATCH_CHANGE_ENV = 'DISTRIB_ALLOW_BATCH_CHANGE'  # 1: survivors that cannot keep the global batch take a smaller one
-
-def on_failure(env=None, # the variables to read; default `os.environ`
-              )->str:    # 'stop', 'restart' or 'continue'
-    """What a job does when a rank is lost: `DISTRIB_ON_FAILURE` ('stop' when unset, as before this option). Raises
-    `ValueError` naming the valid values for any other."""
-    v = (os.environ if env is None else env).get(ON_FAILURE_ENV, '').strip().lower() or 'stop'
-    if v not in ON_FAILURE:
-        raise ValueError(f"{ON_FAILURE_ENV}={v!r}: expected one of {', '.join(ON_FAILURE)} (python -m distrib.launch "
-                         f"--on-failure sets it)")
-    return v
-
-def allow_batch_change(env=None)->bool:
-    "Whether `DISTRIB_ALLOW_BATCH_CHANGE` is set to 1 (or true/yes): survivors may shrink the global batch"
-    return (os.environ if env is None else env).get(BATCH_CHANGE_ENV, '').strip().lower() in ('1', 'true', 'yes')
+__all__ = ['Loss', 'publish_loss', 'SurvivorError', 'Agreement', 'Survivors', 'abort_group', 'reform_group', 'equalize']
 
 # %% ../../nbs/10a_runtime.survivors.ipynb #1b188297
 class Loss(NamedTuple):

@@ -11,8 +11,8 @@ import torch.distributed as dist
 from .clusters import first_host, tasks_on_node, job_port
 
 # %% auto #0
-__all__ = ['World', 'WorldError', 'detect_world', 'pg_initialized', 'current_world', 'rank_distrib', 'num_distrib',
-           'local_rank_distrib']
+__all__ = ['ON_FAILURE_ENV', 'ON_FAILURE', 'BATCH_CHANGE_ENV', 'World', 'WorldError', 'detect_world', 'pg_initialized',
+           'current_world', 'rank_distrib', 'num_distrib', 'local_rank_distrib', 'on_failure', 'allow_batch_change']
 
 # %% ../../nbs/00_runtime.world.ipynb #b60676c7
 @dataclass(frozen=True)
@@ -282,3 +282,22 @@ def env_number(name:str,             # the variable: 'DISTRIB_LIVENESS_TIMEOUT'
     kind = 'a whole number' if integer else 'a number'
     need = f"{kind} of {what} >= 0 (0: off)" if above == 0 else f"{kind} > {above:g} ({what}), or 0 (off)"
     raise ValueError(f"{name}={v!r}: it must be {need}")
+
+# %% ../../nbs/00_runtime.world.ipynb #f01e57dc
+ON_FAILURE_ENV = 'DISTRIB_ON_FAILURE'  # what the workers of `python -m distrib.launch --on-failure X` read
+ON_FAILURE = ('stop', 'restart', 'continue')
+BATCH_CHANGE_ENV = 'DISTRIB_ALLOW_BATCH_CHANGE'  # 1: survivors that cannot keep the global batch take a smaller one
+
+def on_failure(env=None, # the variables to read; default `os.environ`
+              )->str:    # 'stop', 'restart' or 'continue'
+    """What a job does when a rank is lost: `DISTRIB_ON_FAILURE` ('stop' when unset, as before this option). Raises
+    `ValueError` naming the valid values for any other."""
+    v = (os.environ if env is None else env).get(ON_FAILURE_ENV, '').strip().lower() or 'stop'
+    if v not in ON_FAILURE:
+        raise ValueError(f"{ON_FAILURE_ENV}={v!r}: expected one of {', '.join(ON_FAILURE)} (python -m distrib.launch "
+                         f"--on-failure sets it)")
+    return v
+
+def allow_batch_change(env=None)->bool:
+    "Whether `DISTRIB_ALLOW_BATCH_CHANGE` is set to 1 (or true/yes): survivors may shrink the global batch"
+    return (os.environ if env is None else env).get(BATCH_CHANGE_ENV, '').strip().lower() in ('1', 'true', 'yes')

@@ -22,7 +22,7 @@ from ..losses import counts_may_differ
 from ..runtime.collectives import comm_device
 from ..callback.core import Callback
 from ..model import model_device, move_model, is_compiled, unwrap_model
-from ..runtime.survivors import on_failure
+from ..runtime.world import on_failure
 from .survivors import survivors, check_continuable, go_on
 from .preflight import preflight_check, check_models, check_loader
 from .compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets

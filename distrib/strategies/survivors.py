@@ -6,9 +6,8 @@
 from __future__ import annotations
 import os, sys, time
 from ..callback.checkpoint import Checkpoint
-from ..runtime.survivors import (ON_FAILURE_ENV, BATCH_CHANGE_ENV, SurvivorError, Survivors, Agreement,
-                                       allow_batch_change, abort_group, reform_group,
-                                       equalize)
+from ..runtime.world import ON_FAILURE_ENV, BATCH_CHANGE_ENV, allow_batch_change
+from ..runtime.survivors import SurvivorError, Survivors, Agreement, abort_group, reform_group, equalize
 
 # %% auto #0
 __all__ = ['NOTICE_WAIT', 'AGREE_TIMEOUT', 'survivors', 'check_continuable', 'resume_line', 'go_on']
