@@ -38,6 +38,13 @@ def _read_at_record(path:str)->dict|None:
         except ValueError: continue  # read in the middle of a rewrite: read again
     return None
 
+class _Positions(dict):
+    """rank -> last heartbeat (`LauncherView.last_positions`), of the world re-formed after `generation` losses (0:
+    the world as launched)"""
+    def __init__(self, hbs:dict, generation:int=0):
+        super().__init__(hbs)
+        self.generation = generation
+
 class LauncherView:
     """The launcher's side of liveness (`distrib.launch`: its agent and its summary, one process per node): what it
     sees that the ranks cannot, published for them while the job runs, and, after a crash, where each rank last was.
@@ -118,14 +125,21 @@ class LauncherView:
                       )->dict:             # rank -> its last heartbeat, of the last attempt that published any
         """The heartbeat each rank last published in `store`, with the distrib collective it last entered as `at`
         when known (its at-record, copied by `copy_at_records`, else its heartbeat's collective); {} when none can be
-        read (no store: the summary goes without positions)"""
+        read (no store: the summary goes without positions). Under `--on-failure continue`, the heartbeats of the
+        last world the survivors re-formed (`JobStore.prefix(attempt, generation)`, its ranks numbered anew: the
+        result's `generation`, 0 for the world as launched), read after one `add` per attempt (the attempt's losses)
+        and a `check` per generation that published none"""
         for n in range(max_restarts, -1, -1):
             try:
-                hbs = JobStore(store, n).all_heartbeats(world_size)  # with the at-records copied
+                gens = int(store.add(JobStore.loss_key(n), 0))   # the losses of attempt n: its last generation
+                for g in range(gens, -1, -1):
+                    size = None if world_size is None else max(world_size - g, 1)   # a loss is one rank
+                    hbs = JobStore(store, n, g).all_heartbeats(size)  # with the at-records copied (generation 0)
+                    if hbs: break
                 for hb in hbs.values():  # no at-record copied (another launcher): the heartbeat's collective, if any
                     if not hb.at: hb.at = _at_from_heartbeat(hb)
             except STORE_ERRORS: return {}  # no store to read (it is gone): the summary goes without positions
-            if hbs: return hbs
+            if hbs: return _Positions(hbs, generation=g)
         return {}
 
     @staticmethod
@@ -134,8 +148,10 @@ class LauncherView:
         """The last positions `hbs` in words, then, when they show one, the collective the ranks ran differently
         (`_mismatch`); [] when `hbs` is empty"""
         if not hbs: return []
-        why = _mismatch(hbs)
-        return ([f"the ranks' last positions (at most 1 s old): {_positions_text(hbs)}"] +
+        why, g = _mismatch(hbs), getattr(hbs, 'generation', 0)
+        world = (f" in the world the survivors re-formed after {g} lost rank{'s' if g > 1 else ''} (its ranks "
+                 f"numbered anew)" if g else '')
+        return ([f"the ranks' last positions{world} (at most 1 s old): {_positions_text(hbs)}"] +
                 ([f"they show that {why}"] if why else []))
 
 

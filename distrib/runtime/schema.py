@@ -156,7 +156,8 @@ class JobStore:
     """The job's store as distrib's runtime uses it: every key and counter is spelled here, and every record is
     read and written here (heartbeats, stacks, failures, at-records, barriers, the straggler check's rounds). `store`
     is a client of the job's store: under liveness's prefix (`JobStore.prefix`, a `PrefixStore`; `restart_count`
-    None), or unprefixed (the launcher's and its agent's: `restart_count` the attempt), or of a process group's
+    None), or unprefixed (the launcher's and its agent's: `restart_count` the attempt, `generation` the world the
+    survivors re-formed after that many losses, 0 as launched), or of a process group's
     store (`group_prefix`, for `claim_gpu`). Each method makes the store calls its docstring counts; the store's
     errors (`STORE_ERRORS`) propagate. The `WAITING` and `STRAGGLER` counters pack two numbers (`count`,
     `generation`), a straggler round's histogram counters four (`bucket_field`, `histogram`): no module outside
@@ -167,8 +168,9 @@ class JobStore:
     encode_at_record = staticmethod(_encode_at_record)
     decode_at_record = staticmethod(_decode_at_record)
     AT_DIR_ENV = 'DISTRIB_AT_DIR'  # the environment variable naming the node's directory of at-records
-    def __init__(self, store, restart_count:int|None=None):
-        self.store, self.pre = store, '' if restart_count is None else f"{JobStore.prefix(restart_count)}/"
+    def __init__(self, store, restart_count:int|None=None, generation:int=0):
+        self.store = store
+        self.pre = '' if restart_count is None else f"{JobStore.prefix(restart_count, generation)}/"
 
     @staticmethod
     def prefix(restart_count:int, generation:int=0)->str:
