@@ -54,7 +54,7 @@ from .model import unwrap_model
 from .saving import LearnerSaving
 from .learner import Learner
 from .strategies.dp import ParallelTrainer, ParallelModule
-from .strategies import context as _context  # noqa: its @patch attaches learn.distrib_ctx, to_distributed
+from .strategies import context as _context  # noqa: F401 (its @patch attaches distrib_ctx, to_distributed)
 from .strategies.ddp import DistributedTrainer, DistributedModule, convert_sync_batchnorm, revert_sync_batchnorm
 from .strategies.preflight import preflight_check, check_models, check_loader
 from .strategies.compiling import compile_options, compile_forwards, restore_forwards, check_ddp_buckets

@@ -16,7 +16,7 @@ from .metrics import check_metrics, sync_metric, sync_metrics, gather_preds
 from .losses import ItemMean
 from .mixup import MixDraws
 from .distributed import LoopWatch, DistributedTrainer, ParallelTrainer, setup_distrib
-from . import saving  # noqa: fastai's Learner gets save, export and the resume protocol
+from . import saving  # noqa: F401 (fastai's Learner gets save, export, the resume protocol)
 
 # %% ../../nbs/44_fastai.ipynb #14ad8bf6
 _all_ = ['rank0_first', 'teardown_distrib',   # distrib's, under fastai.distributed's names
