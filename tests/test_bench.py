@@ -80,7 +80,9 @@ def test_liveness_scale_constant_per_rank():
             big = by_w['64']['roles'][role]
             assert small['calls'] == big['calls'], (ph, role, small, big)
             if ph.startswith(steady): assert small['calls'] == 2.0, (ph, role, small)
-    assert res['a failure being reported (per incident)']['64']['roles']['launcher']['calls'] == 4, res
+    # the launcher: an `add` (the attempt's losses: which world's heartbeats), a `check` and a `multi_get` of the
+    # heartbeats, the same of the at-records
+    assert res['a failure being reported (per incident)']['64']['roles']['launcher']['calls'] == 5, res
     per_batch = res['training with a collective every batch (10 a second)']  # no store call per collective
     assert all(c['calls'] == 2.0 for w in ('8', '64') for c in per_batch[w]['roles'].values()), per_batch
     agent = res['a failure being reported (per incident)']['64']['roles']
