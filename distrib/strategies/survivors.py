@@ -28,10 +28,10 @@ def check_continuable(trainer, # the fit's `DistributedTrainer`, wrapped
     """Refuse up front, under `--on-failure continue`, what the survivors could not carry on: a worker that
     `distrib.launch` did not start (torchrun's agent would stop the survivors), a group whose CUDA tensors go through
     NCCL (`trainer.backend`: aborting NCCL's collective in flight is not done yet), a system other than Linux (the
-    broken group's sockets are found in /proc: `distrib.runtime.group.group_connections`), a trainer whose `survives` is not
-    True but says why (FSDP's, fastai's), `GradientAccumulation` (a step of several batches), a loader that cannot
-    be resharded (an iterable data set), a `Checkpoint` (its world and step count are the first world's: a checkpoint
-    written after a loss would not resume). Raises `SurvivorError` saying what to change."""
+    broken group's sockets are found in /proc: `distrib.runtime.group.group_connections`), a trainer whose
+    `survives` is not True but says why (FSDP's, fastai's), `GradientAccumulation` (a step of several batches), a
+    loader that cannot be resharded (an iterable data set), a `Checkpoint` (its world and step count are the first
+    world's: a checkpoint written after a loss would not resume). Raises `SurvivorError` saying what to change."""
     if not os.environ.get('DISTRIB_LAUNCHER_PID'):
         raise SurvivorError(f"{ON_FAILURE_ENV}=continue needs python -m distrib.launch --on-failure continue: "
                             "torchrun's own agent stops every worker at the first one that fails")
