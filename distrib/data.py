@@ -13,8 +13,8 @@ from .runtime.world import current_world, pg_initialized
 from .runtime.collectives import comm_device
 
 # %% auto #0
-__all__ = ['index_shuffle', 'ShardIdxs', 'shard_idxs', 'no_rows', 'DistributedDL', 'iter_shard', 'IterableShards', 'DataLoaders',
-           'find_bs', 'items_fingerprint']
+__all__ = ['index_shuffle', 'ShardIdxs', 'shard_idxs', 'no_rows', 'global_steps', 'step_share', 'DistributedDL', 'iter_shard',
+           'IterableShards', 'DataLoaders', 'find_bs', 'items_fingerprint']
 
 # %% ../nbs/11_data.ipynb #c1a7f3e1
 _M32 = 0xFFFFFFFF   # the round function works on 32-bit words held in int64 tensors
@@ -221,6 +221,19 @@ def no_rows(b):
         return r if type(b) is list else tuple(r) if type(b) is tuple else type(b)(*r)
     return b
 
+def global_steps(n:int, global_batch:int, drop_last:bool)->int:
+    """Steps of an epoch of `n` items in the global layout, each one process's batch of `global_batch` items: the
+    last incomplete one counted, or dropped with `drop_last` (as one process's `DataLoader`)"""
+    return n // global_batch if drop_last else math.ceil(n / global_batch)
+
+def step_share(p:int, n:int, rank:int, world_size:int, batch_size:int)->tuple:
+    """`(mine, total)`: the items of the global step whose first item is position `p` of an epoch of `n` items, on
+    rank `rank` and over all `world_size` ranks (each `batch_size` at most): the step holds the positions `p ...
+    p+total-1`, and rank `r` those `p+i` with `i = r - p` modulo `world_size` (the `rank::world_size` rule). The one
+    rule of the global layout's steps: `DistributedDL` and `distrib.fastai.ShardedDL` read their steps by it"""
+    total = min(world_size*batch_size, n - p)
+    return len(range((rank - p) % world_size, total, world_size)), total
+
 def _batch_indexable(dataset, kwargs:dict)->bool:
     "True when `dataset[idxs]`, `idxs` a tensor of indices, is the batch that default collation builds from its items"
     return type(dataset) is TensorDataset and kwargs.get('collate_fn') in (None, default_collate)
@@ -355,9 +368,7 @@ class DistributedDL:
 
     def __len__(self)->int:
         "Number of batches on this rank: with `equal` and without `pad`, the global batches, the same on every rank"
-        if self.even:
-            G = self.world_size*self.batch_size
-            return self.n // G if self.drop_last else math.ceil(self.n / G)
+        if self.even: return global_steps(self.n, self.world_size*self.batch_size, self.drop_last)
         return self.n_shard // self.batch_size if self.drop_last else math.ceil(self.n_shard / self.batch_size)
 
     def epoch_step_rows(self)->list:
@@ -427,8 +438,7 @@ class DistributedDL:
         B, W, last = self.batch_size, self.world_size, None
         for j in range(n_steps):
             p = self._first + j*W*B          # this step's first item in the epoch's order
-            total = min(W*B, self.n - p)     # the step's samples over all ranks
-            mine = len(range((self.rank - p) % W, total, W))   # this rank's: the items p + i, i = rank - p mod W
+            mine, total = step_share(p, self.n, self.rank, W, B)
             if mine: last = next(it)
             else: last = no_rows(last if last is not None else self._one_sample(p))
             self.batch_rows = (mine, total)

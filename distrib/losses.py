@@ -316,7 +316,7 @@ class ItemMean(Callback):
         if m is not None and learn.loss_func is self._known:   # nothing to sum: guard the targets counted
             self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, None)
         elif m is not None and self._whole_step():
-            fold = sh is not None and sh.hooked and clean and getattr(learn.model, 'require_backward_grad_sync', False)
+            fold = sh is not None and sh.can_carry(learn.model, clean)
             self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version,
                            'fold' if fold else start_sum(_count(m, learn.yb[0])))
     def before_backward(self):

@@ -17,7 +17,7 @@ try:
 except ImportError as e:
     raise ImportError("distrib.fastai needs fastai 2.8: pip install 'distrib[fastai]'") from e
 from ..runtime.world import current_world
-from ..data import shard_idxs, no_rows
+from ..data import shard_idxs, no_rows, global_steps, step_share
 
 # %% auto #0
 __all__ = ['ShardedDL', 'DistributedDL']
@@ -151,9 +151,7 @@ class ShardedDL(TfmdDL):
         return self.n_of(self.rank)
     def __len__(self)->int:
         "Batches per epoch on this rank: with `equal` and without `pad`, the global batches, the same on every rank"
-        if self.even:
-            G = self.world_size*self.bs
-            return self.n_items // G if self.drop_last else math.ceil(self.n_items/G)
+        if self.even: return global_steps(self.n_items, self.world_size*self.bs, self.drop_last)
         return math.ceil(self.n/self.bs)
 
     def __iter__(self):
@@ -161,8 +159,7 @@ class ShardedDL(TfmdDL):
         k0, B, W, N = self.start_batch, self.bs, self.world_size, self.n_items   # read before get_idxs resets it
         it, last = super().__iter__(), None
         for k in range(k0, len(self)):
-            total = min(W*B, N - k*W*B)   # the step's items over all ranks
-            mine = len(range(self.rank, total, W))
+            mine, total = step_share(k*W*B, N, self.rank, W, B)
             if mine: last = next(it)
             else:   # the last step, past this rank's items: a batch of none, shaped as its batches
                 if last is None: next(it, None)   # a pass with no item of this rank: the epoch's order is set

@@ -68,7 +68,7 @@ class ItemMean(Callback):
         if sh is not None: sh.share = None
         n = item_count(learn.loss_func, *learn.yb)
         if n is None: return
-        fold = self._folds and clean and sh.hooked and getattr(learn.model, 'require_backward_grad_sync', False)
+        fold = self._folds and sh.can_carry(learn.model, clean)
         self._early = (learn.loss_func, learn.yb[0], learn.yb[0]._version, n, None if fold else start_sum(n))
 
     def before_backward(self):

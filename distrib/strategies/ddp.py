@@ -122,6 +122,12 @@ class ItemShares:
             ddp.register_comm_hook(self, sum_over_items)
         return self.hooked
 
+    def can_carry(self, model:nn.Module, clean:bool)->bool:
+        """Whether the coming backward of `model` (the loop's, DDP-wrapped) can carry a count: the hook is registered,
+        the gradients are zero before it (`clean`: nothing accumulated since the last step) and DDP synchronizes in it
+        (not under `no_sync`); both loops' `ItemMean` ask it at each batch"""
+        return self.hooked and clean and getattr(model, 'require_backward_grad_sync', False)
+
 def sum_over_items(state:ItemShares, bucket):   # no annotations: DDP checks them (a string here)
     """A DDP communication hook (`DistributedDataParallel.register_comm_hook`): one all-reduce (sum) of the bucket's
     gradients with this rank's `state.share` (1 when None) appended as one more element, then the gradients divided
