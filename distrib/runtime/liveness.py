@@ -204,9 +204,13 @@ class _Watchdog(threading.Thread):
 
     def heartbeat(self, now:float)->Heartbeat:
         """This rank's heartbeat now; notes when its position last changed. The oldest collective queued and not
-        done after the hold (`CheckMemory.hold`; NCCL's, `mark_queued`) is its position, the main thread's after it"""
+        done after the hold (`CheckMemory.hold`; NCCL's, `mark_queued`) is its position, the main thread's after it.
+        A position inside a distrib operation dates from the operation's start (`Here.op_since`)"""
 
-        st, p, since = rank_state(), position(), now
+        st = rank_state()
+        ops, entered = st.here.op_since
+        p, since = position(), now
+        if ops and ops is st.here.ops: since = min(now, entered)  # the operation began before this tick saw it
         q = oldest_queued()
         if q is not None and now - q[2] >= st.memo.hold: p, since = dict(q[0], main=describe(p)), q[2]
         key = json.dumps(p, sort_keys=True)

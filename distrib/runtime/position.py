@@ -32,6 +32,8 @@ class Here:
     left (dict): `{'error': 'Type: message', 'where': ...}` of that exception (the heartbeat publishes it).
     left_error (tuple): `(exception, its formatted traceback)`: what this rank reports when a verdict of the deadlock
         check names it as the cause.
+    op_since (tuple): `(ops, time.monotonic())` as `doing` last entered a block: when the innermost operation of
+        `ops` began, which dates this rank's position in its heartbeat (not when the watchdog first saw it).
     waited (float): seconds spent in distrib's waits so far (collectives, barriers, set-up and declared long phases,
         the outermost one of nested ones): the straggler check subtracts them.
     timer: the `StepTimer` timing this rank's own work per training step (the straggler check); None: off.
@@ -54,6 +56,7 @@ class Here:
     failed_at: str|None = None
     left: dict|None = None
     left_error: tuple|None = None
+    op_since: tuple = ((), 0.)
     waited: float = 0.
     timer: object = None
     phases: tuple = ()
@@ -159,7 +162,8 @@ def doing(kind:str,        # 'setup', 'collective', 'barrier' or 'phase'
         st.here.colls += 1
         ident = st.here.colls
     prev = st.here.ops
-    st.here.ops = prev + ((kind, name, ident),)  # a new tuple: the watchdog thread never sees one half-changed
+    st.here.ops = ops = prev + ((kind, name, ident),)  # a new tuple: the watchdog thread never sees one half-changed
+    st.here.op_since = (ops, time.monotonic())
     if kind == 'collective' and st.job.announce is not None: st.job.announce()
     start = None if prev else time.perf_counter()
     try: yield
