@@ -10,10 +10,10 @@ reported by its new rank, waiting for the other's. A loss in a validation pass: 
 survivors, its metrics those of one process. Two losses one after the other (4 processes, then 3, then 2). A loss
 where the survivors cannot go on (a `Checkpoint` written at an epoch's end): refused in one line naming the rank.
 Run with `pytest -s` to see the SURVIVORS lines (the times)."""
-import os, re, subprocess, sys
+import os, re, socket, subprocess, sys
 import pytest
 import torch
-from conftest import launch, SCRIPTS, ROOT
+from conftest import launch, new_tag, orphans, SCRIPTS, ROOT
 
 JOB = SCRIPTS/'survivors.py'
 
@@ -144,3 +144,55 @@ def test_checkpoint_refused(tmp_path):
     r, text = _job(tmp_path, SURVIVORS_CHECKPOINT='1', SURVIVORS_KILLS='2:9:0:train')
     assert r.returncode == 1, text
     assert 'SurvivorError: --on-failure continue with a Checkpoint: after a loss its world size' in r.stderr, text
+
+def _free_port()->int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+def test_node_lost_survivor_goes_on(ref, tmp_path):
+    """Two launchers on this machine as two nodes (`--nnodes 1:2 --nproc_per_node 1`, a c10d rendezvous whose store is
+    apart from the nodes: `python -m distrib.launch.store`, `is_host=false`), `--on-failure continue`: the node of rank
+    0, its launcher and then its worker, SIGKILLed before the backward of batch 5 of epoch 1. No launcher sees that
+    loss: the survivor's watchdog finds rank 0 gone and publishes it; the survivor goes on alone, in its process, its
+    first step within 10 s of the kill, to the weights of one process (1e-5); its launcher exits 0 without waiting
+    for the lost node at the end"""
+    port, tag = _free_port(), new_tag()
+    env = dict(os.environ, PYTHONUNBUFFERED='1', DISTRIB_TEST_TAG=tag, SURVIVORS_KILLS='0:1:5:node')
+    store = subprocess.Popen([sys.executable, '-m', 'distrib.launch.store', '--host', '127.0.0.1', '--port', str(port)],
+                             env=env, stdout=subprocess.PIPE, text=True)
+    assert store.stdout.readline().startswith('distrib.launch.store: the rendezvous store listens on port')
+    cmd = [sys.executable, '-m', 'distrib.launch', '--nnodes', '1:2', '--nproc_per_node', '1', '--rdzv_backend', 'c10d',
+           '--rdzv_endpoint', f'127.0.0.1:{port}', '--rdzv_conf', 'is_host=false,last_call_timeout=3',
+           '--on-failure', 'continue', str(JOB), 'job', str(tmp_path), 'mean', '0']
+    logs, nodes = [tmp_path/f'node{i}.txt' for i in range(2)], []
+    try:
+        for log in logs:
+            with open(log, 'w') as f: nodes.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
+                                                                    env=env, start_new_session=True))
+        rcs = [p.wait(timeout=180) for p in nodes]
+    finally:
+        store.terminate()   # SIGTERM: the store ends cleanly
+        for p in nodes + [store]:
+            try: p.wait(timeout=10)
+            except subprocess.TimeoutExpired: p.kill(); p.wait(timeout=10)
+    outs = [log.read_text() for log in logs]
+    lost = next((i for i, o in enumerate(outs) if 'KILL_AT' in o), None)
+    text = '\n=====\n'.join(o[-4000:] for o in outs)
+    assert lost is not None and rcs[lost] == -9 and rcs[1 - lost] == 0, (rcs, text)
+    out = outs[1 - lost]
+    assert 'DONE world 1' in out, text
+    line = re.search(r'^distrib: lost rank 0 with its launcher: .*; 1 survivor\(s\) go on .*$', out, re.M)
+    assert line, text
+    assert 'this node does not wait for the others at the end' in out, text
+    killed = float(re.search(r'^KILL_AT (\S+)$', outs[lost], re.M)[1])
+    steps = _steps(tmp_path/'steps1.txt')
+    assert len({p for p, *_ in steps}) == 1, ('another process', steps[:3])
+    assert [(e, b) for _, e, b, _ in steps] == [(e, b) for e in range(3) for b in range(16)], steps
+    after = min(t for *_, t in steps if t > killed)
+    assert after - killed <= 10, after - killed
+    diff = _diff(torch.load(tmp_path/'weights.pt'), ref['mean'])
+    assert diff <= 1e-5, diff
+    assert not orphans(tag), orphans(tag)
+    print(f"\nSURVIVORS node of rank 0 lost: first step of the survivor {after - killed:.2f} s after the kill, "
+          f"weights {diff:.1e} from one process; {line[0]}")

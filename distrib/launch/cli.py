@@ -15,16 +15,17 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.elastic.agent.server.api import WorkerState
+from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 from ..runtime.errors import ErrorRecord, Failure, root_failure
 from ..runtime.procs import reaping_stopped_children
 from ..runtime.postmortem import LauncherView
 from .store import LaunchError, listen_socket, localhost_store
 from ..runtime.world import ON_FAILURE_ENV, ON_FAILURE
-from ..runtime.survivors import Loss, publish_loss
+from ..runtime.survivors import Loss, publish_loss, count_losses
 
 # %% auto #0
-__all__ = ['SHUTDOWN_TIMEOUT', 'default_nproc', 'help_text', 'wants_help', 'gpu_devices', 'failure_mode', 'build_args',
-           'check_values', 'cpu_warning', 'local_store', 'run_log_dir', 'failures', 'failure_summary',
+__all__ = ['SHUTDOWN_TIMEOUT', 'default_nproc', 'help_text', 'wants_help', 'gpu_devices', 'store_apart', 'failure_mode',
+           'build_args', 'check_values', 'cpu_warning', 'local_store', 'run_log_dir', 'failures', 'failure_summary',
            'distinct_tracebacks', 'torchrun_logs', 'waiting_line', 'store_hint', 'final_failure', 'exit_codes',
            'absorb_losses', 'main']
 
@@ -162,6 +163,19 @@ def _cuda_count()->int:
 
 _NPROC_WORDS = ('auto', 'cpu', 'gpu', 'xpu')  # torchrun's non-numeric --nproc_per_node values
 
+def store_apart(backend:str|None,  # `--rdzv_backend`
+                endpoint:str|None, # `--rdzv_endpoint`, HOST[:PORT]
+                conf:str|None,     # `--rdzv_conf`, 'key=value,...'
+               )->tuple|None:      # `(host, port)` of that store, or None
+    """Where the job's store is, when torchrun's rendezvous options say that it is hosted apart from the nodes: a c10d
+    store at `endpoint` (port 29400 by default, as torchrun's) that no node hosts (`is_host=false`; `python -m
+    distrib.launch.store` hosts it). None for any other rendezvous. Under `--on-failure continue` the workers use it as
+    their store (`_Agent`): the survivors' agreement then outlives any node."""
+    parsed = dict((k.strip(), v.strip()) for k, _, v in (kv.partition('=') for kv in (conf or '').split(',')))
+    if backend != 'c10d' or not endpoint or parsed.get('is_host', '').lower() not in ('0', 'false', 'no', 'n', 'off'):
+        return None
+    return parse_rendezvous_endpoint(endpoint, 29400)
+
 def failure_mode(mode:str|None, # `--on-failure`'s value; None when not given
                  opts:list,      # the launcher's other options (torchrun's), changed in place
                  direct:bool=False, # the script runs without distrib's worker (--no-python, --run-path)
@@ -170,7 +184,8 @@ def failure_mode(mode:str|None, # `--on-failure`'s value; None when not given
     and set `DISTRIB_ON_FAILURE` for the workers (under `continue`, the heartbeat layer leaves a lost rank to the
     survivors, and follows the world they re-form: `distrib.runtime.liveness.renew_liveness`). Default: `restart`
     with `--max_restarts` above 0, else `stop`. Raises `LaunchError` for another value, for `stop` or `continue`
-    with restarts, and for `continue` over several nodes or without distrib's worker."""
+    with restarts, and for `continue` without distrib's worker or over several nodes whose store is not hosted apart
+    (`store_apart`)."""
     restarts = _pop_opt(list(opts), ('--max_restarts', '--max-restarts'))
     many = restarts is not None and restarts.isdigit() and int(restarts) > 0
     mode = (mode or ('restart' if many else 'stop')).strip().lower()
@@ -182,10 +197,13 @@ def failure_mode(mode:str|None, # `--on-failure`'s value; None when not given
     if mode == 'restart' and restarts is None: opts += ['--max_restarts', '3']
     if mode == 'continue':
         nnodes = _pop_opt(list(opts), ('--nnodes',)) or '1'
-        if nnodes not in ('1', '1:1'):
-            raise LaunchError(f"--on-failure continue with --nnodes {nnodes}: it keeps the ranks of one node going "
-                              f"(a lost node takes its agent, and maybe the store); across nodes use --on-failure "
-                              f"restart with a Checkpoint")
+        rdzv = [_pop_opt(list(opts), (f'--rdzv_{k}', f'--rdzv-{k}')) for k in ('backend', 'endpoint', 'conf')]
+        if nnodes not in ('1', '1:1') and store_apart(*rdzv) is None:
+            raise LaunchError(f"--on-failure continue with --nnodes {nnodes} needs the job's store apart from the "
+                              f"nodes, so that it outlives any of them: run `python -m distrib.launch.store --port "
+                              f"PORT` on a machine of its own, and start every node with --rdzv_backend c10d "
+                              f"--rdzv_endpoint THATHOST:PORT --rdzv_conf is_host=false; or use --on-failure restart "
+                              f"with a Checkpoint")
         if direct:
             raise LaunchError("--on-failure continue needs distrib's worker, which --no-python and --run-path skip")
     os.environ[ON_FAILURE_ENV] = mode
@@ -548,7 +566,32 @@ class _Agent(launcher_api.LocalElasticAgent):
     the exits that torchrun counts as a success (`LauncherView.record_exit`: code 0 without a goodbye, or any code
     before the worker's first heartbeat), and, when a run fails, its workers' at-records (`copy_at_records`);
     under `--on-failure continue`, absorbing the workers lost while others run (`absorb_losses`), and naming them in
-    one line when the survivors fail after all. Its publications (`_Publications`) are joined before `run` returns."""
+    one line when the survivors fail after all; with the job's store hosted apart from the nodes (`store_apart`: the
+    class's `store_apart`, `(host, port)`, set by `_our_agent`), giving it to the workers as their store, and not
+    waiting for the other nodes at the end when ranks were lost (a lost node's agent never comes to torchrun's exit
+    barrier, which would hold this one for its 300 s). Its publications (`_Publications`) are joined before `run`
+    returns."""
+    store_apart = None
+
+    def __init__(self, spec, *args, **kwargs):
+        if self.store_apart is not None: spec.master_addr, spec.master_port = self.store_apart  # the workers' store
+        super().__init__(spec, *args, **kwargs)
+
+    def _exit_barrier(self):
+        if self.store_apart is not None and self._ranks_lost():
+            print("distrib.launch: the job lost ranks and went on (--on-failure continue): this node does not wait for "
+                  "the others at the end", file=sys.stderr, flush=True)
+            return
+        super()._exit_barrier()
+
+    def _ranks_lost(self)->bool:
+        "Whether the job's store counts a loss (`count_losses`); True when it cannot be read"
+        envs = getattr(self._pcontext, 'envs', None) or {}
+        try:
+            store, attempt = LauncherView.client(next(iter(envs.values())))
+            return count_losses(store, attempt) > 0
+        except (*LauncherView.STORE_ERRORS, StopIteration, KeyError): return True
+
     def run(self, *args, **kwargs):
         try: return super().run(*args, **kwargs)
         finally: self._publications().join(2 * LauncherView.CLIENT_TIMEOUT + 5.)
@@ -579,9 +622,10 @@ class _Agent(launcher_api.LocalElasticAgent):
         return result
 
 @contextmanager
-def _our_agent():
-    "Within the context, `elastic_launch` runs `_Agent`"
-    saved, launcher_api.LocalElasticAgent = launcher_api.LocalElasticAgent, _Agent
+def _our_agent(store_apart:tuple|None=None):
+    "Within the context, `elastic_launch` runs `_Agent` (with the job's store at `store_apart`, `(host, port)`)"
+    agent = _Agent if store_apart is None else type('_Agent', (_Agent,), dict(store_apart=store_apart))
+    saved, launcher_api.LocalElasticAgent = launcher_api.LocalElasticAgent, agent
     try: yield
     finally: launcher_api.LocalElasticAgent = saved
 
@@ -595,10 +639,14 @@ def _run(args, verbose:bool):
         if line: print(line, file=sys.stderr, flush=True)
         os.environ['DISTRIB_LAUNCHER_PID'] = str(os.getpid())  # the workers die with this process (runtime.procs)
         # A dynamic rendezvous re-run after a node is lost may make this node rank 0: torch < 2.13 then asserts that
-        # it hosts the shared store it never created. Each attempt's rank 0 hosts the workers' store instead.
-        if args.rdzv_backend != 'static': os.environ.setdefault('TORCH_DISABLE_SHARE_RDZV_TCP_STORE', '1')
+        # it hosts the shared store it never created. Each attempt's rank 0 hosts the workers' store instead; but
+        # under --on-failure continue with a store apart from the nodes, the workers use it, as clients all.
+        apart = (store_apart(args.rdzv_backend, args.rdzv_endpoint, args.rdzv_conf)
+                 if os.environ.get(ON_FAILURE_ENV) == 'continue' else None)
+        if apart is not None: os.environ['TORCH_DISABLE_SHARE_RDZV_TCP_STORE'] = '0'
+        elif args.rdzv_backend != 'static': os.environ.setdefault('TORCH_DISABLE_SHARE_RDZV_TCP_STORE', '1')
         try:
-            with reaping_stopped_children(), _our_agent():
+            with reaping_stopped_children(), _our_agent(apart):
                 elastic_launch(config=config, entrypoint=cmd)(*cmd_args)
         except ChildFailedError as e:  # the positions the ranks last published, read while this process's store lives
             if store is not None:  # one multi_get of the ranks' heartbeats, one of what they entered last (the

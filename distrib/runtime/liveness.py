@@ -182,7 +182,8 @@ class _Watchdog(threading.Thread):
         self.halt = threading.Event()
         self.lock = threading.Lock()  # one heartbeat published at a time: the main thread's (`publish`) or a tick's
         self.passed, self.gone = None, None  # (rank, goodbye) of the first exited peer passed over; when watched gone
-        self.standing = None  # `time.monotonic()` when it began to stand by (`stand_by`); None: it does not
+        self.standing, self.stood_for = None, None  # when it began to stand by (`stand_by`, `time.monotonic()`), why
+        self.reported = set()  # the peers it reported lost (`JobLink.survives`)
 
     def median_step(self)->float:
         "The median seconds per training step this rank took so far (timed at each tick: `_note_step`); 0 before any"
@@ -277,6 +278,7 @@ class _Watchdog(threading.Thread):
         if n > self.failures:
             self.failures = n
             return self.job_failed(self.js.first_failure(n))
+        if self.standing is not None and now - self.standing >= STANDBY: return self.end(self.stood_for)
         if self.passed is not None:  # an exited peer passed over never joins a group this rank sets up from now on
             me = {'group': st.here.group, 'state': st.here.state}
             how = _peer_verdict(self.passed[1], 0., me, self.timeout, None)
@@ -304,23 +306,33 @@ class _Watchdog(threading.Thread):
             self.watched, self.known, self.seen = self.ring[self.ring.index(self.watched) + 1], False, None
 
     def peer_failed(self, r:int, how:str, hb:Heartbeat, ended:bool=False):
-        """Peer `r` (last heartbeat `hb`) failed this rank: report it and end; but stand by (`stand_by`) when its
-        process `ended` (killed, or exited with a code) and a fit that goes on after a lost rank runs"""
+        """Peer `r` (last heartbeat `hb`) failed this rank: report it and end; but, while a fit that goes on after a
+        lost rank runs, stand by (`stand_by`) when the peer is lost: its process `ended` (killed, or exited with a
+        code), or it is silent (frozen, or its node lost with its launcher)"""
         blame = {r: {'how': how, 'where': _heartbeat_where(hb)}}
         err = PeerFailedError(f"rank {self.world.rank} stops: {blame_text(blame)} (its last heartbeat)", blame)
-        if not (ended and self.stand_by(err)): self.end(err)
+        if not ((ended or not hb.exited) and self.stand_by(err, r, how)): self.end(err)
 
-    def stand_by(self, err:BaseException)->bool:
+    def stand_by(self, err:BaseException, r:int|None=None, how:str|None=None)->bool:
         """Under `--on-failure continue` (`JobLink.survives`, set by the fit's trainer), a lost rank is the survivors'
-        to handle (`distrib.strategies.survivors.go_on`: the launcher's notice, the agreement, the new group, then a
+        to handle (`distrib.strategies.survivors.go_on`: the notice of the loss, the agreement, the new group, then a
         watchdog of the new world, `renew_liveness`): this one ends no rank for it, until `STANDBY` s have passed
-        since it first stood by; then it ends its rank with `err`, as without the option. Returns True while it
-        stands by; False when no such fit runs (the caller ends the rank)."""
-        if not rank_state().job.survives: return False
+        since it first stood by; then it ends its rank with the first `err`, as without the option. The watched peer
+        `r`, lost (`how`, in words), is reported once (`JobLink.survives`: published unless its launcher did), and the
+        next on the ring watched (a node lost takes its ranks with it, each then reported by the survivor before it).
+        Returns True while it stands by; False when no such fit runs (the caller ends the rank)."""
+        report = rank_state().job.survives
+        if not report: return False
         now = time.monotonic()
-        self.standing = self.standing or now
+        if self.standing is None: self.standing, self.stood_for = now, err
+        if r is not None and r not in self.reported:
+            self.reported.add(r)
+            try: report(r, how)
+            except STORE_ERRORS: pass  # the store is gone: the survivors' wait for a notice ends, then the job
+            if r == self.watched and r != self.ring[-1]:
+                self.watched, self.known, self.seen, self.gone = self.ring[self.ring.index(r) + 1], False, None, None
         if now - self.standing < STANDBY: return True
-        self.end(err)
+        self.end(self.stood_for)
         return True
 
     def publish_verdict(self, info:JobFailure):

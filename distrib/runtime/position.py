@@ -80,8 +80,10 @@ class JobLink:
     wait_key (str): the store key the main thread waits on in a distrib barrier; the watchdog sets it to wake the
         main thread when the job failed.
     waiting (int): the last value the watchdog read of the job's `waiting` counter (`JobStore.count` decodes it).
-    survives (bool): a fit that goes on after a lost rank runs (`--on-failure continue`, set by its trainer): the
-        watchdog leaves a peer whose process ended to the survivors (`_Watchdog.stand_by`)."""
+    survives: None; or, while a fit that goes on after a lost rank runs (`--on-failure continue`, set by its trainer),
+        how the watchdog reports a peer it found lost, `survives(rank, how)` (the peer's rank in the current world,
+        how in words; `Survivors.report`); the watchdog then leaves the lost peer to the survivors
+        (`_Watchdog.stand_by`)."""
     world: object = None
     store: object = None
     dog: object = None
@@ -93,7 +95,7 @@ class JobLink:
     failure: object = None
     wait_key: str|None = None
     waiting: int = 0
-    survives: bool = False
+    survives: object = None
 
 @dataclass(eq=False)
 class CheckMemory:

@@ -185,9 +185,11 @@ class JobStore:
         return f"distrib/survive/{restart_count}/"
 
     @staticmethod
-    def loss_key(restart_count:int, n:int|None=None)->str:
+    def loss_key(restart_count:int, n:int|None=None, claim:int|None=None)->str:
         """The survivors' key of loss number `n` (1, 2, ...) in attempt `restart_count` (its record, which the launcher
-        sets); with `n` None, the counter of the losses (the launcher `add`s to it)"""
+        sets); with `n` None, the counter of the losses (the launcher `add`s to it); with `claim`, the counter that
+        claims the loss of that rank (as the job started: its first claimant publishes it)"""
+        if claim is not None: return JobStore.survivors_prefix(restart_count) + f'claim/{claim}'
         return JobStore.survivors_prefix(restart_count) + ('nlost' if n is None else f'lost/{n}')
 
     @staticmethod

@@ -14,18 +14,23 @@ from .schema import JobStore, STORE_ERRORS, store_client
 from .liveness import renew_liveness
 
 # %% auto #0
-__all__ = ['Loss', 'publish_loss', 'SurvivorError', 'Agreement', 'Survivors', 'abort_group', 'reform_group', 'equalize']
+__all__ = ['Loss', 'publish_loss', 'count_losses', 'SurvivorError', 'Agreement', 'Survivors', 'abort_group', 'reform_group',
+           'equalize']
 
 # %% ../../nbs/10a_runtime.survivors.ipynb #1b188297
 class Loss(NamedTuple):
-    "A rank the launcher saw end: its rank when the job started, its exit code (negative: -signal), `time.time()` then"
+    """A rank lost: its rank when the job started, its exit code (negative: -signal; None: not seen, when a survivor's
+    watchdog found it lost), `time.time()` then, and how the watchdog found it (`how`, in words; None from the
+    launcher)"""
     rank:int
-    code:int
+    code:int|None
     t:float
+    how:str|None = None
 
     @property
     def cause(self)->str:
-        "How it ended, in words: 'killed by SIGKILL', 'exited with code 1'"
+        "How it ended, in words: 'killed by SIGKILL', 'exited with code 1', or the watchdog's words"
+        if self.code is None: return f"with its launcher: {self.how or 'not seen to end'}"
         if self.code < 0:
             try: return f"killed by {signal.Signals(-self.code).name}"
             except ValueError: return f"killed by signal {-self.code}"
@@ -34,22 +39,30 @@ class Loss(NamedTuple):
 
 def publish_loss(store,         # a client of the job's store (unprefixed)
                  restart:int,   # the attempt (torchrun's TORCHELASTIC_RESTART_COUNT)
-                 rank:int,      # the lost worker's global rank
-                 code:int,      # its exit code (negative: killed by that signal)
-                 t:float|None=None, # when the launcher saw it end (`time.time()`); default now
-                )->int:         # the number of this loss in the job (1, 2, ...)
-    """The launcher's notice that worker `rank` ended while others run: loss number `n` (one `add`), then its record
-    under `lost/<n>` (one `set`), which the survivors wait for. Raises what the store raises."""
+                 rank:int,      # the lost worker's global rank when the job started
+                 code:int|None, # its exit code (negative: killed by that signal); None: not seen (a survivor's report)
+                 t:float|None=None, # when it was seen lost (`time.time()`); default now
+                 how:str|None=None, # how a survivor's watchdog found it lost, in words
+                )->int|None:    # the number of this loss in the job (1, 2, ...); None: published already
+    """The notice that worker `rank` was lost while others run, from its launcher or from a survivor's watchdog
+    (`Survivors.report`), published once whoever sends it: the rank's claim (one `add`; a second claim publishes
+    nothing), loss number `n` (one `add`), then its record under `lost/<n>` (one `set`), which the survivors wait
+    for. Raises what the store raises."""
+    if store.add(JobStore.loss_key(restart, claim=rank), 1) > 1: return None
     n = store.add(JobStore.loss_key(restart), 1)
-    store.set(JobStore.loss_key(restart, n), json.dumps([rank, code, time.time() if t is None else t]))
+    store.set(JobStore.loss_key(restart, n), json.dumps([rank, code, time.time() if t is None else t, how]))
     return n
+
+def count_losses(store, restart:int)->int:
+    "The number of losses published in attempt `restart` of the job (`publish_loss`), through client `store`: one `add`"
+    return int(store.add(JobStore.loss_key(restart), 0))
 
 def _read_losses(store, restart:int, since:int, wait:float)->list:
     """The `Loss`es published after the first `since`, waiting up to `wait` seconds for the next one; [] when none
     came. Three calls at most (a `wait`, an `add` of 0, a `multi_get`), whatever the world size."""
     try: store.wait([JobStore.loss_key(restart, since + 1)], datetime.timedelta(seconds=wait))
     except STORE_ERRORS: return []  # no notice within `wait`: no loss (the store's timeout, or the store gone)
-    n = store.add(JobStore.loss_key(restart), 0)
+    n = count_losses(store, restart)
     keys = [JobStore.loss_key(restart, i) for i in range(since + 1, n + 1)]
     store.wait(keys)  # a loss counted is written right after
     return [Loss(*json.loads(v)) for v in store.multi_get(keys)]
@@ -78,21 +91,38 @@ def _new_place(rank:int, world_size:int, lost)->tuple:
     if rank in lost: raise SurvivorError(f"rank {rank} was reported lost, and it is running")
     return rank - sum(r < rank for r in lost), world_size - len(lost)
 
+def _start_rank(rank:int, lost)->int:
+    "The rank when the job started of the survivor that is `rank` once the ranks `lost` are gone (`_new_place` undone)"
+    for r in sorted(lost):
+        if r <= rank: rank += 1
+    return rank
+
 class Survivors:
     """This process's part in going on after lost ranks (`--on-failure continue`): the losses it knows, the
     agreements it took part in. `start_rank` and `start_world` are its place when the job started; `store` a client of
-    the job's store, which outlives any rank (`distrib.launch` hosts it); `restart` torchrun's attempt."""
-    def __init__(self, store, start_rank:int, start_world:int, restart:int=0):
+    the job's store, which outlives any rank (`distrib.launch` hosts it, or `python -m distrib.launch.store` apart
+    from the nodes); `restart` torchrun's attempt; `addr` the store's `(host, port)`, where `report` connects (None:
+    it uses `store`)."""
+    def __init__(self, store, start_rank:int, start_world:int, restart:int=0, addr:tuple|None=None):
         self.store, self.start_rank, self.start_world, self.restart = store, start_rank, start_world, restart
-        self.losses, self.gen = [], 0
+        self.losses, self.gen, self.addr = [], 0, addr
 
     @classmethod
     def from_env(cls, world=None)->'Survivors':
         """For this rank of the job `world` (default `current_world()`), with its own client of the job's store"""
         world = current_world() if world is None else world
-        sv = cls(store_client(world.master_addr, world.master_port, 60.), world.rank, world.world_size,
-                 world.restart_count)
-        return sv
+        addr = (world.master_addr, world.master_port)
+        return cls(store_client(*addr, 60.), world.rank, world.world_size, world.restart_count, addr)
+
+    def report(self, rank:int, how:str)->int|None:
+        """This survivor's watchdog found rank `rank` of the current world lost (`how`, in words) where no launcher may
+        see it end (its node lost with its launcher): publish the loss (`publish_loss`: once per rank, whoever sends
+        it), by its rank when the job started, through a client of its own (the watchdog's thread; the main thread may
+        be waiting on `store`). Returns the loss's number, None when it was published already. Raises what the store
+        raises."""
+        start = _start_rank(rank, [l.rank for l in self.losses[:self.gen]])   # the current world's numbering
+        store = self.store if self.addr is None else store_client(*self.addr, 10.)
+        return publish_loss(store, self.restart, start, None, time.time(), how)
 
     def notice(self, wait:float)->list:
         "The losses published since the last call (waiting up to `wait` s for one), added to `self.losses`"

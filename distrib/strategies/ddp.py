@@ -351,10 +351,11 @@ class DistributedTrainer(Callback):
             self.backend = dist.get_backend_config()
             check_continuable(self)
             self.survivors = survivors()
-            rank_state().job.survives = True   # the watchdog leaves a lost rank to `go_on` (`_Watchdog.stand_by`)
+            rank_state().job.survives = self.survivors.report   # the watchdog reports a lost rank, leaves it to `go_on`
         self.in_fit = True
         rank_state().here.timer = timer if self.time_steps else None
-    def after_fit(self): self.in_fit = rank_state().job.survives = False; rank_state().here.timer = None
+    def after_fit(self):
+        self.in_fit, rank_state().job.survives, rank_state().here.timer = False, None, None
 
     def before_train(self):
         "A new training pass: the straggler check's timer starts afresh"

@@ -12,8 +12,9 @@ prints `DONE`. `ref` writes DIR/ref-LOSS.pt (and DIR/ref-LOSS-values.pt): the sa
 global batch.
 
 `SURVIVORS_KILLS=r:e:b:phase,...` replaces VICTIM's one kill: start rank `r` SIGKILLs itself at batch `b` of epoch
-`e`, `phase` 'train' (before its backward), 'valid' (after its forward in the validation pass) or 'end' (at
-`after_train`, before the Recorder's all-reduce of the pass's losses; `b` is not read). `SURVIVORS_CHECKPOINT=1` adds
+`e`, `phase` 'train' (before its backward), 'node' (there too, after SIGKILLing its launcher: its node is lost),
+'valid' (after its forward in the validation pass) or 'end' (at `after_train`, before the Recorder's all-reduce of
+the pass's losses; `b` is not read). `SURVIVORS_CHECKPOINT=1` adds
 a `Checkpoint`.
 Every rank opens a TCP connection of its own (`own_connection`) inside `distrib_ctx`, and uses it after the fit: the
 survivors shut down their group's connections, never the script's.
@@ -56,8 +57,9 @@ class Steps(Callback):
         here = (self.learn.epoch, self.learn.iter if batch is None else batch, phase)
         if here in self.kills and self.learn.world is not None:
             print(f"KILL_AT {time.time()}", flush=True)
+            if phase == 'node': os.kill(int(os.environ['DISTRIB_LAUNCHER_PID']), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
-    def before_backward(self): self._maybe_die('train')
+    def before_backward(self): self._maybe_die('train'); self._maybe_die('node')
     def after_pred(self):
         if not self.learn.training: self._maybe_die('valid')
     def after_train(self): self._maybe_die('end', 0)
