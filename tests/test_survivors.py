@@ -9,6 +9,8 @@ jobs: marked slow). The heartbeat layer follows the survivors' world: a survivor
 reported by its new rank, waiting for the other's. A loss in a validation pass: the pass is done again on the
 survivors, its metrics those of one process. Two losses one after the other (4 processes, then 3, then 2). A loss
 where the survivors cannot go on (a `Checkpoint` written at an epoch's end): refused in one line naming the rank.
+A node lost with its launcher (two launchers as two nodes, the store apart: marked slow): the survivor publishes the
+loss itself and goes on.
 Run with `pytest -s` to see the SURVIVORS lines (the times)."""
 import os, re, socket, subprocess, sys
 import pytest
@@ -150,6 +152,7 @@ def _free_port()->int:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
 
+@pytest.mark.slow
 def test_node_lost_survivor_goes_on(ref, tmp_path):
     """Two launchers on this machine as two nodes (`--nnodes 1:2 --nproc_per_node 1`, a c10d rendezvous whose store is
     apart from the nodes: `python -m distrib.launch.store`, `is_host=false`), `--on-failure continue`: the node of rank

@@ -300,34 +300,38 @@ class _Watchdog(threading.Thread):
             self.gone = self.gone or now  # its launcher publishes an exit without a goodbye: the failures counter
             if now - self.gone < _EXIT_RECORD_WAIT: return  # brings its words (`LauncherView.record_exit`) soon
         ended = proc == 'gone' or bool(hb.exited and hb.code)   # a loss the launcher sees
-        if how is not None: return self.peer_failed(self.watched, how, hb, ended)
+        silent = proc is None and not hb.exited   # on another machine: frozen, or lost with its node
+        if how is not None: return self.peer_failed(self.watched, how, hb, ended, silent)
         if hb.exited and self.watched != self.ring[-1]:  # it said goodbye: watch the next one
             self.passed = self.passed or (self.watched, hb)
             self.watched, self.known, self.seen = self.ring[self.ring.index(self.watched) + 1], False, None
 
-    def peer_failed(self, r:int, how:str, hb:Heartbeat, ended:bool=False):
+    def peer_failed(self, r:int, how:str, hb:Heartbeat, ended:bool=False, silent:bool=False):
         """Peer `r` (last heartbeat `hb`) failed this rank: report it and end; but, while a fit that goes on after a
         lost rank runs, stand by (`stand_by`) when the peer is lost: its process `ended` (killed, or exited with a
-        code), or it is silent (frozen, or its node lost with its launcher)"""
+        code), or it is `silent` on another machine past the timeout (frozen, or lost with its node: which, no one
+        there can say). A peer frozen on this machine (SIGSTOP, a debugger) is no loss: it ends the job."""
         blame = {r: {'how': how, 'where': _heartbeat_where(hb)}}
         err = PeerFailedError(f"rank {self.world.rank} stops: {blame_text(blame)} (its last heartbeat)", blame)
-        if not ((ended or not hb.exited) and self.stand_by(err, r, how)): self.end(err)
+        if not ((ended or silent) and self.stand_by(err, r, how, silent)): self.end(err)
 
-    def stand_by(self, err:BaseException, r:int|None=None, how:str|None=None)->bool:
+    def stand_by(self, err:BaseException, r:int|None=None, how:str|None=None, silent:bool=False)->bool:
         """Under `--on-failure continue` (`JobLink.survives`, set by the fit's trainer), a lost rank is the survivors'
         to handle (`distrib.strategies.survivors.go_on`: the notice of the loss, the agreement, the new group, then a
         watchdog of the new world, `renew_liveness`): this one ends no rank for it, until `STANDBY` s have passed
         since it first stood by; then it ends its rank with the first `err`, as without the option. The watched peer
         `r`, lost (`how`, in words), is reported once (`JobLink.survives`: published unless its launcher did), and the
         next on the ring watched (a node lost takes its ranks with it, each then reported by the survivor before it).
+        A `silent` peer's sockets stay open, and a collective waits on them: the report of the first loss it stands by
+        for also releases this rank's group (its collective fails, and the survivors' recovery starts).
         Returns True while it stands by; False when no such fit runs (the caller ends the rank)."""
         report = rank_state().job.survives
         if not report: return False
-        now = time.monotonic()
-        if self.standing is None: self.standing, self.stood_for = now, err
+        now, first = time.monotonic(), self.standing is None
+        if first: self.standing, self.stood_for = now, err
         if r is not None and r not in self.reported:
             self.reported.add(r)
-            try: report(r, how)
+            try: report(r, how, silent and first)
             except STORE_ERRORS: pass  # the store is gone: the survivors' wait for a notice ends, then the job
             if r == self.watched and r != self.ring[-1]:
                 self.watched, self.known, self.seen, self.gone = self.ring[self.ring.index(r) + 1], False, None, None

@@ -114,15 +114,18 @@ class Survivors:
         addr = (world.master_addr, world.master_port)
         return cls(store_client(*addr, 60.), world.rank, world.world_size, world.restart_count, addr)
 
-    def report(self, rank:int, how:str)->int|None:
+    def report(self, rank:int, how:str, release:bool=False)->int|None:
         """This survivor's watchdog found rank `rank` of the current world lost (`how`, in words) where no launcher may
         see it end (its node lost with its launcher): publish the loss (`publish_loss`: once per rank, whoever sends
         it), by its rank when the job started, through a client of its own (the watchdog's thread; the main thread may
-        be waiting on `store`). Returns the loss's number, None when it was published already. Raises what the store
-        raises."""
+        be waiting on `store`); with `release`, then shut down this rank's group connections (`_release_group`: a
+        collective waiting on a silent peer fails, and the survivors' recovery starts). Returns the loss's number,
+        None when it was published already. Raises what the store raises."""
         start = _start_rank(rank, [l.rank for l in self.losses[:self.gen]])   # the current world's numbering
         store = self.store if self.addr is None else store_client(*self.addr, 10.)
-        return publish_loss(store, self.restart, start, None, time.time(), how)
+        n = publish_loss(store, self.restart, start, None, time.time(), how)
+        if release: _release_group()
+        return n
 
     def notice(self, wait:float)->list:
         "The losses published since the last call (waiting up to `wait` s for one), added to `self.losses`"
@@ -168,19 +171,26 @@ class Survivors:
                                     f"seeing it end (frozen, or a node lost). The job ends")
 
 # %% ../../nbs/10a_runtime.survivors.ipynb #c30af95b
-def abort_group():
-    """Abort the default process group that a lost rank broke: shut down its connections (`group_connections`: the
-    sockets its `init_process_group` opened, still open; never a socket the script opened), so that a survivor still
-    blocked in a collective with this one (waiting for this one's data, not the lost rank's) fails at once and comes
-    to the agreement too; then destroy it (its errors are ignored). Gloo's own `abort` and `destroy_process_group`
-    leave its connections open while a reference to the group lives (DDP holds one). Nothing without a group."""
-    if not pg_initialized(): return
+def _release_group():
+    """Shut down the connections of the default process group (`group_connections`: the sockets its
+    `init_process_group` opened, still open; never a socket the script opened): a collective of this rank, or of a
+    peer, waiting on them fails at once. From any thread (the watchdog's, for a silent peer: `Survivors.report`); the
+    group itself stays, broken, for its owner to destroy (`abort_group`)."""
     for fd in group_connections():   # those still open: a number reused by another socket is not among them
         try:
             s = socket.socket(fileno=os.dup(fd))
             try: s.shutdown(socket.SHUT_RDWR)
             finally: s.close()   # the duplicate only: gloo closes its own
         except OSError: pass  # closed meanwhile: the peer sees it closed all the same
+
+def abort_group():
+    """Abort the default process group that a lost rank broke: shut down its connections (`_release_group`), so that
+    a survivor still blocked in a collective with this one (waiting for this one's data, not the lost rank's) fails
+    at once and comes to the agreement too; then destroy it (its errors are ignored). Gloo's own `abort` and
+    `destroy_process_group` leave its connections open while a reference to the group lives (DDP holds one). Nothing
+    without a group."""
+    if not pg_initialized(): return
+    _release_group()
     try: dist.destroy_process_group()
     except Exception: pass  # the group is broken: what is left of it goes with its last reference
 
