@@ -80,7 +80,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     res = {'agent_per_loss': agent(), 'worlds': {}}
     ag = res['agent_per_loss']
-    print(f"the launcher's agent, per loss: {ag['calls']} calls, {ag['keys']} keys")
+    print(f"publishing a loss (the launcher's agent, or a survivor's watchdog): {ag['calls']} calls, {ag['keys']} keys")
     print(f"{'W':>6} {'loss':>4} {'role':<22} {'calls':>5} {'keys':>5}")
     for W in a.worlds:
         worst = {}

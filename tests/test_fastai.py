@@ -389,3 +389,38 @@ def test_notebook_checks(nb):
         if cell['cell_type'] != 'code' or re.search(r'#\|\s*(eval:\s*false|slow)', src): continue
         try: exec(compile(src, f'{nb.name}, cell {k}', 'exec'), ns)
         except Exception as e: raise AssertionError(f"{nb.name}, cell {k} raised {e!r}:\n{src}") from e
+
+@pytest.mark.parametrize('victim', ['2', '2v'])
+def test_survivors_go_on(tmp_path, victim):
+    """fastai's own Learner under `python -m distrib.launch --on-failure continue`, 3 processes: rank 2 SIGKILLed
+    before the backward of batch 5 of epoch 1, or (`2v`) in epoch 1's validation pass, which the survivors then do
+    again (tests/scripts/fastai_survivors.py); the two survivors go on in their
+    own processes, their next step within 10 s of the kill, every global step of the 3 epochs once on each, and end
+    with the weights and `recorder.values` (the smoothed training loss, the validation loss and the five metrics) of
+    fastai alone in one process with the global batch of 6 (1e-5)"""
+    job = SCRIPTS/'fastai_survivors.py'
+    ref = subprocess.run([sys.executable, str(job), str(tmp_path), 'ref'], capture_output=True, text=True, timeout=180,
+                         cwd=SCRIPTS.parent.parent)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    r = launch(job, tmp_path, victim, nproc=3, launcher_args=('--on-failure', 'continue'), timeout=240)
+    text = f"exit code {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
+    assert r.returncode == 0 and 'DONE world 2' in r.stdout, text
+    at = 'the validation pass of epoch 1, again' if victim.endswith('v') else 'epoch 1 batch 5'
+    line = re.search(rf'^distrib: lost rank 2 killed by SIGKILL; 2 survivor\(s\) go on .* from {at}.*$', r.stderr,
+                     re.M)
+    assert line, text
+    killed = float(re.search(r'^KILL_AT (\S+)$', r.stdout, re.M)[1])
+    for rank in (0, 1):
+        steps = [(int(p), int(e), int(b), float(t)) for p, e, b, t in
+                 re.findall(r'^STEP (\d+) (\d+) (\d+) (\S+)$', (tmp_path/f'steps{rank}.txt').read_text(), re.M)]
+        assert len({p for p, *_ in steps}) == 1, (rank, 'another process', steps[:3])
+        assert [(e, b) for _, e, b, _ in steps] == [(e, b) for e in range(3) for b in range(16)], (rank, steps)
+        after = min(t for *_, t in steps if t > killed)
+        assert after - killed <= 10, (rank, after - killed)
+    got, want = torch.load(tmp_path/'weights.pt'), torch.load(tmp_path/'ref.pt')
+    dw = max((got[k] - want[k]).abs().max().item() for k in want)
+    vals, ref_vals = torch.load(tmp_path/'values.pt'), torch.load(tmp_path/'ref-values.pt')
+    dv = max(abs(a - b) for va, vb in zip(vals, ref_vals) for a, b in zip(va, vb))   # the smoothed loss included
+    assert dw <= 1e-5 and dv <= 1e-5, (dw, dv, vals, ref_vals)
+    print(f"\nSURVIVORS fastai, {victim}: first step of a survivor {after - killed:.2f} s after the kill, "
+          f"weights {dw:.1e}, recorder.values {dv:.1e} from one process; {line[0]}")

@@ -122,7 +122,7 @@ class ShardedDL(TfmdDL):
                              "cannot shard it by index; build it with bs= over a dataset with __getitem__ and __len__")
         self.shuffle = dl.shuffle if shuffle is None else shuffle
         self.dl = dl.new(shuffle=False) if dl.shuffle else dl   # the order before the epoch's permutation
-        self.rank, self.world_size, self.pad, self.seed = rank, world_size, pad, seed
+        self.rank, self.world_size, self.pad, self.seed, self.equal = rank, world_size, pad, seed, equal
         self.even, self.batch_rows = equal and not pad and world_size > 1, None   # even: the global layout's steps
         self.epoch, self.start_batch, self.first_batch = 0, 0, 0
         self.bs, self.drop_last, self.dataset, fake, self.num_workers, self.offs, self.pin_memory = attrgetter(
@@ -178,6 +178,16 @@ class ShardedDL(TfmdDL):
     def set_epoch(self, epoch:int):
         "Use epoch `epoch`'s permutation from the next pass on"
         self.epoch = epoch
+    def resharded(self, rank:int, world_size:int, batch_size:int|None=None)->'ShardedDL':
+        """The same loader (`dl`'s transforms, shuffle, seed, epoch, padding, `equal`) over shard `rank` of
+        `world_size`, with `batch_size` items per rank's batch (default: this one's); its next pass starts at batch 0.
+        Keeps the global order, as `distrib.data.DistributedDL.resharded`: batch `k` of every rank covers positions
+        `k*G ... (k+1)*G-1` of the epoch's order, `G = batch_size * world_size`, on any world size (the survivors of a
+        lost rank, `--on-failure continue`). Raises what `ShardedDL` raises."""
+        dl = ShardedDL(self.dl.new(bs=batch_size or self.bs), rank, world_size, pad=self.pad, seed=self.seed,
+                       shuffle=self.shuffle, equal=self.equal)
+        dl.set_epoch(self.epoch)
+        return dl
     def get_idxs(self)->list:
         "The epoch's order of the dataset's indices, every rank's (unpadded); this rank reads `read_positions()` of it"
         if self.global_dl is not None:   # a fresh copy: its order a function of (seed, epoch) alone

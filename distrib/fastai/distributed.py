@@ -126,21 +126,68 @@ def _count_global_rows(ga:GradientAccumulation, n_acc:float, W:int):
     # set on the instance: fastai calls getattr(cb, event)
     ga.__dict__.update(after_loss=MethodType(after_loss, ga), before_step=MethodType(before_step, ga))
 
+_SURVIVING = ('all_batches', '_do_epoch_validate', '_do_epoch')   # fastai's methods set on the instance (`_surviving`)
+
+def _surviving(learn:Learner, trainer)->dict:
+    """fastai's loop methods that go on after a lost rank (`--on-failure continue`), for `DistributedTrainer` to set
+    on fastai Learner `learn`'s instance during a fit, as distrib's `Learner` does in its own loop: `all_batches`
+    goes on from the batch `trainer.survive` names (the world re-formed, the loaders resharded: over the survivors'
+    `dls.train`), `_do_epoch_validate` does the validation pass again, and `_do_epoch` turns a loss elsewhere in the
+    epoch into the survivors' one-line `SurvivorError`. fastai's own loop otherwise, line for line."""
+    def all_batches(self):
+        start = 0
+        while True:
+            self.n_iter = len(self.dl)
+            try:
+                for o in enumerate(self.dl, start): self.one_batch(*o)
+                return
+            except Exception as e:
+                trainer.watch.gathered()   # its gather of the smoothed loss, if the loss broke it
+                start = trainer.survive(e, 'batch') if self.training else None
+                if start is None: raise
+                self.dl = self.dls.train   # the survivors' loader, from batch `start`
+    def _do_epoch_validate(self, ds_idx=1, dl=None):
+        while True:
+            try: return type(self)._do_epoch_validate(self, ds_idx, dl)
+            except Exception as e:
+                if dl is not None or trainer.survive(e, 'validate') is None: raise
+    def _do_epoch(self):
+        try: Learner._do_epoch(self)
+        except Exception as e:
+            trainer.survive(e, 'fit')   # a loss there: the survivors' SurvivorError; else `e` stands
+            raise
+    return {name: MethodType(f, learn) for name, f in zip(_SURVIVING, (all_batches, _do_epoch_validate, _do_epoch))}
+
 class DistributedTrainer(ddp.DistributedTrainer):
     """distrib's `DistributedTrainer` (`distrib.strategies.ddp`, same arguments) on fastai's `Learner`: attach it
-    with `learn.to_distributed()` or `learn.distrib_ctx()`. Raises what distrib's raises, and `ValueError` before a
-    fit or a pass whose metrics `check_metrics` refuses."""
+    with `learn.to_distributed()` or `learn.distrib_ctx()`. Under `--on-failure continue` fastai's loop goes on
+    after a lost rank, as distrib's `Learner` does (`_surviving`). Raises what distrib's raises, and `ValueError`
+    before a fit or a pass whose metrics `check_metrics` refuses."""
     run, run_train, run_valid = True, True, True   # fastai reads them; distrib's Callback.__call__ runs the events
-    survives = "fastai's Learner runs its own loop, which does not redo a batch"   # refused (`check_continuable`)
+    _rewiring = False
 
     def shard_dls(self, dls, world):
         """A copy of fastai's `dls` whose loaders are `ShardedDL`s, unpadded: the training loader's steps the global
         batches' on every rank (`equal`), the others each rank's own batches; a sharded loader (a `ShardedDL` of the
         user's, `pad=True` for `DistributedSampler`'s padding) as it is"""
+        return self.with_loaders(dls, [dl if is_sharded(dl) else ShardedDL(dl, world.rank, world.world_size,
+                                                                            equal=(i == 0))
+                                       for i, dl in enumerate(dls.loaders)])
+
+    def with_loaders(self, dls, loaders:list):
+        "A copy of fastai's `dls` holding `loaders`"
         new = copy(dls)
-        new.loaders = [dl if is_sharded(dl) else ShardedDL(dl, world.rank, world.world_size, equal=(i == 0))
-                       for i, dl in enumerate(dls.loaders)]
+        new.loaders = loaders
         return new
+
+    def rewire(self, batch_size:int):
+        """distrib's, then what the new world's callbacks of this trainer read at the fit's start (`ItemMean`,
+        `MixDraws`: their `before_fit`), and the position where the old `LoopWatch` was"""
+        old, self._rewiring = self.watch, True
+        try: super().rewire(batch_size)
+        finally: self._rewiring = False
+        self.watch.event, self.watch.level = old.event, old.level
+        for cb in (self.items, self.mix): cb.before_fit()
 
     def wrap(self):
         check_metrics(self.learn.metrics)
@@ -156,6 +203,8 @@ class DistributedTrainer(ddp.DistributedTrainer):
 
     def unwrap(self):
         if self.model is None: return
+        if not self._rewiring:
+            for name in _SURVIVING: self.learn.__dict__.pop(name, None)
         super().unwrap()
         self.learn.remove_cbs([self.watch, self.watch_body, self.items, self.mix])
         self.mix.restore()
@@ -192,8 +241,10 @@ class DistributedTrainer(ddp.DistributedTrainer):
             _count_global_rows(cb, n, self.world.world_size)
         self._quiet()
         super().before_fit()
+        if self.survivors is not None: self.learn.__dict__.update(_surviving(self.learn, self))
 
     def after_fit(self):
+        for name in _SURVIVING: self.learn.__dict__.pop(name, None)
         for cb, n in self.acc:
             cb.n_acc = n
             for k in ('after_loss', 'before_step'): cb.__dict__.pop(k, None)

@@ -288,7 +288,11 @@ class DistributedTrainer(Callback):
     def shard_dls(self, dls, world:World):
         """The loaders the loop reads while attached, in place of `dls` (the loop protocol's `learn.dls`): distrib's
         `DataLoaders` of each loader's shard (`_shard_loader`); `distrib.fastai` gives fastai's"""
-        return DataLoaders(*[_shard_loader(dl, i, world) for i, dl in enumerate(dls.loaders)])
+        return self.with_loaders(dls, [_shard_loader(dl, i, world) for i, dl in enumerate(dls.loaders)])
+
+    def with_loaders(self, dls, loaders:list):
+        "A container like `dls` (the loop's `learn.dls`) holding `loaders`: distrib's `DataLoaders` (fastai's: its own)"
+        return DataLoaders(*loaders)
 
     def wrap_model(self, model:nn.Module, device:torch.device, compile_opts:dict|None)->nn.Module:
         """`model` (the Learner's plain module) on `device` (a `torch.device`), in a `DistributedModule` with its
@@ -391,8 +395,8 @@ class DistributedTrainer(Callback):
         over it (`DistributedDL.resharded`), the training one with `batch_size` samples per rank; the loaders the
         Learner had before `wrap` are still the ones `unwrap` gives back"""
         learn, originals, timer, world = self.learn, self.dls, rank_state().here.timer, current_world()
-        new = DataLoaders(*[dl.resharded(world.rank, world.world_size, batch_size if i == 0 else None)
-                            for i, dl in enumerate(learn.dls.loaders)])
+        new = self.with_loaders(learn.dls, [dl.resharded(world.rank, world.world_size, batch_size if i == 0 else None)
+                                            for i, dl in enumerate(learn.dls.loaders)])
         self.unwrap()
         learn.dls = new
         self.wrap()

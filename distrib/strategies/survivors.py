@@ -29,7 +29,7 @@ def check_continuable(trainer, # the fit's `DistributedTrainer`, wrapped
     `distrib.launch` did not start (torchrun's agent would stop the survivors), a group whose CUDA tensors go through
     NCCL (`trainer.backend`: aborting NCCL's collective in flight is not done yet), a system other than Linux (the
     broken group's sockets are found in /proc: `distrib.runtime.group.group_connections`), a trainer whose
-    `survives` is not True but says why (FSDP's, fastai's), `GradientAccumulation` (a step of several batches), a
+    `survives` is not True but says why (FSDP's), `GradientAccumulation` (a step of several batches), a
     loader that cannot be resharded (an iterable data set), a `Checkpoint` (its world and step count are the first
     world's: a checkpoint written after a loss would not resume). Raises `SurvivorError` saying what to change."""
     if not os.environ.get('DISTRIB_LAUNCHER_PID'):
@@ -131,7 +131,7 @@ def go_on(trainer,           # the `DistributedTrainer` of the fit
     equalize(trainer.inner, learn.opt, a.src)
     t2 = time.time()
     trainer.rewire(per_rank)
-    learn.opt.zero_grad(set_to_none=True)
+    for p in trainer.inner.parameters(): p.grad = None   # the step redone from zero (a torch or a fastai optimizer)
     trainer.n_steps, trainer.step_at = a.steps, None
     if not valid: learn.dls.train.start_batch = a.resume['batch']
     t3 = time.time()
