@@ -152,7 +152,7 @@ def _surviving(learn:Learner, trainer)->dict:
             except Exception as e:
                 if dl is not None or trainer.survive(e, 'validate') is None: raise
     def _do_epoch(self):
-        try: Learner._do_epoch(self)
+        try: type(self)._do_epoch(self)
         except Exception as e:
             trainer.survive(e, 'fit')   # a loss there: the survivors' SurvivorError; else `e` stands
             raise

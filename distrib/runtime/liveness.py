@@ -278,7 +278,7 @@ class _Watchdog(threading.Thread):
         if n > self.failures:
             self.failures = n
             return self.job_failed(self.js.first_failure(n))
-        if self.standing is not None and now - self.standing >= STANDBY: return self.end(self.stood_for)
+        if self.standing is not None and now - self.standing >= STANDBY: return self.end(self.stood_for)  # stand_by's
         if self.passed is not None:  # an exited peer passed over never joins a group this rank sets up from now on
             me = {'group': st.here.group, 'state': st.here.state}
             how = _peer_verdict(self.passed[1], 0., me, self.timeout, None)
@@ -319,7 +319,8 @@ class _Watchdog(threading.Thread):
         """Under `--on-failure continue` (`JobLink.survives`, set by the fit's trainer), a lost rank is the survivors'
         to handle (`distrib.strategies.survivors.go_on`: the notice of the loss, the agreement, the new group, then a
         watchdog of the new world, `renew_liveness`): this one ends no rank for it, until `STANDBY` s have passed
-        since it first stood by; then it ends its rank with the first `err`, as without the option. The watched peer
+        since it first stood by; then its tick's read (`read`) ends its rank with the first `err`, as without the
+        option. The watched peer
         `r`, lost (`how`, in words), is reported once (`JobLink.survives`: published unless its launcher did), and the
         next on the ring watched (a node lost takes its ranks with it, each then reported by the survivor before it).
         A `silent` peer's sockets stay open, and a collective waits on them: the report of the first loss it stands by
@@ -335,8 +336,6 @@ class _Watchdog(threading.Thread):
             except STORE_ERRORS: pass  # the store is gone: the survivors' wait for a notice ends, then the job
             if r == self.watched and r != self.ring[-1]:
                 self.watched, self.known, self.seen, self.gone = self.ring[self.ring.index(r) + 1], False, None, None
-        if now - self.standing < STANDBY: return True
-        self.end(self.stood_for)
         return True
 
     def publish_verdict(self, info:JobFailure):
