@@ -67,13 +67,15 @@ class AvgMetric(Metric):
         if n is None:   # a batch mean: weighted by the batch's samples
             bs = self._samples(learn)
             if not bs: return   # an empty batch (a rank's share of a step), whose mean is NaN
-            if v.is_cpu and v.numel() == 1: self._host += v.item()*bs  # CPU: no device to wait for
-            else: self._add(v.detach().double()*bs)
-            self._count += bs
+            if v.is_cpu and v.numel() == 1: self.add_mean(v.item(), bs)  # CPU: no device to wait for
+            else: self._add(v.detach().double()*bs); self._count += bs
         elif v.is_cpu and n.is_cpu: self._host += v.item(); self._count += n.item()
         else:   # kept on the device (`count_dtype`) until `value`, `sync` or `state_dict` reads them
             self._add(v.detach().to(count_dtype(v.device)))
             self._dcount = n if self._dcount is None else self._dcount + n
+    def add_mean(self, v:float, bs:int):
+        "Add a batch mean `v`, a number already on the host, over its `bs` samples (`bs` 0: nothing, its mean is NaN)"
+        if bs: self._host += v*bs; self._count += bs
     def _add(self, v:torch.Tensor):
         "Add `v` (0-d, on the batch's device) to the sum kept there: a copy of the first batch's value starts it"
         self._total = v.clone() if self._total is None else self._total.to(v.device, v.dtype) + v

@@ -32,6 +32,15 @@ def _hypers(group:dict)->dict:
                 break
     return out
 
+def _step_record(loss:torch.Tensor, n)->tuple:
+    """A training step's `(loss, n)` (`learn.loss`, `learn.n_items`) as the `Recorder` keeps it until its pass ends:
+    numbers on the CPU, where reading them waits for nothing (a 0-d tensor kept per step would pin a small
+    allocation among the step's large ones: the heap fragments and grows, ~20 KB a step, and a step page-faults);
+    on an accelerator the tensors themselves, all read at the pass's end in one copy (no host sync per step)"""
+    loss = loss.detach()
+    if loss.device.type != 'cpu': return loss, n
+    return loss.item(), n.item() if isinstance(n, torch.Tensor) else n
+
 class Recorder(Callback):
     """Record train loss, valid loss and metrics per epoch in `values` (floats, over the whole data set on every
     rank); `log` is the last validation's `[valid_loss, *metrics]`; `metric_names` names the columns. Per training
@@ -63,8 +72,10 @@ class Recorder(Callback):
     def after_batch(self):
         if not self.learn.yb: return
         if self.learn.training:
-            self.train_loss.accumulate(self.learn)
-            self._pending.append((self.learn.loss.detach(), self.learn.n_items))
+            step = _step_record(self.learn.loss, self.learn.n_items)   # numbers on the CPU: the loss read once
+            if self.learn.loss_sum is None and not isinstance(step[0], torch.Tensor): self.train_loss.add_mean(*step)
+            else: self.train_loss.accumulate(self.learn)
+            self._pending.append(step)
             hps = _hypers(self.learn.opt.param_groups[-1]) if getattr(self.learn.opt, 'param_groups', None) else {}
             for k, v in hps.items(): self.hps.setdefault(k, []).append(v)
             self.lrs.append(hps.get('lr'))
@@ -81,13 +92,14 @@ class Recorder(Callback):
         """This rank's steps of the pass so far: a float64 tensor (n_steps, 2) of `loss*n` and `n`, `n` the batch's
         samples (`learn.n_items`: its items, for a loss over items); one copy from the device"""
         if not self._pending: return torch.zeros(0, 2, dtype=torch.float64)
-        dev = self._pending[-1][0].device   # the steps resumed from a checkpoint are on the CPU, the others here
-        dt = count_dtype(dev)
-        loss = torch.stack([l.reshape(()).to(dev, dt) for l, _ in self._pending]).cpu().double()
-        ns = [n for _, n in self._pending]
-        if any(isinstance(n, torch.Tensor) for n in ns):   # counts of items, on the device
-            ns = torch.stack([torch.as_tensor(n).reshape(()).to(dev, dt) for n in ns]).cpu()
-        bs = torch.as_tensor(ns, dtype=torch.float64)
+        vals = [l for l, _ in self._pending] + [n for _, n in self._pending]
+        on_dev = [i for i, v in enumerate(vals) if isinstance(v, torch.Tensor)]   # kept on an accelerator
+        if on_dev:
+            dev = vals[on_dev[-1]].device
+            read = torch.stack([vals[i].reshape(()).to(dev, count_dtype(dev)) for i in on_dev]).cpu().tolist()
+            for i, v in zip(on_dev, read): vals[i] = v
+        k = len(self._pending)
+        loss, bs = torch.tensor(vals[:k], dtype=torch.float64), torch.tensor(vals[k:], dtype=torch.float64)
         return torch.stack([torch.where(bs > 0, loss*bs, 0.), bs], 1)   # an empty batch's mean is NaN
     def _record_steps(self):
         """Each step's loss over the global batch (one all-reduce when sharded), then the smoothed losses; a step
@@ -135,7 +147,7 @@ class Recorder(Callback):
         self.losses, self.step_losses, self.lrs = s['losses'].tolist(), s['step_losses'].tolist(), s['lrs'].tolist()
         self.hps, self.iters = {k: v.tolist() for k, v in s['hps'].items()}, list(s['iters'])
         self._smooth, self._n = s['smooth'], s['n']
-        self._pending = [(r[0]/r[1] if r[1] else r[0], int(r[1]) if r[1] == int(r[1]) else r[1].item())
+        self._pending = [((r[0]/r[1] if r[1] else r[0]).item(), int(r[1]) if r[1] == int(r[1]) else r[1].item())
                          for r in s['pending']]
 
 # %% ../nbs/14_recorder.ipynb #70a7c768

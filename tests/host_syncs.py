@@ -17,8 +17,9 @@ def is_sync_warning(w:warnings.WarningMessage)->bool:
     return issubclass(w.category, UserWarning) and str(w.message).startswith(SYNC_WARNING)
 
 # Reads that distrib makes on CPU only, where there is no device to wait for, and not on CUDA (the same line keeps the
-# value on the device there): `AvgLoss.accumulate` adds a CPU batch loss to a Python float
-CPU_ONLY = {('metrics.py', 'accumulate')}
+# value on the device there): `AvgLoss.accumulate` adds a CPU batch loss to a Python float; the Recorder keeps a CPU
+# step's loss as a number (`_step_record`)
+CPU_ONLY = {('metrics.py', 'accumulate'), ('recorder.py', '_step_record')}
 
 class HostReads(TorchDispatchMode):
     """Counts, in `seen` ('what at file:line'), the operations that wait for a CUDA device to know a value: reading one
