@@ -37,8 +37,7 @@ def _step_record(loss:torch.Tensor, n)->tuple:
     numbers on the CPU, where reading them waits for nothing (a 0-d tensor kept per step would pin a small
     allocation among the step's large ones: the heap fragments and grows, ~17 KB a step of the pass);
     on an accelerator the tensors themselves, all read at the pass's end in one copy (no host sync per step)"""
-    loss = loss.detach()
-    if loss.device.type != 'cpu': return loss, n
+    if not loss.is_cpu: return loss.detach(), n
     return loss.item(), n.item() if isinstance(n, torch.Tensor) else n
 
 class Recorder(Callback):

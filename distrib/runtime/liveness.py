@@ -320,9 +320,9 @@ class _Watchdog(threading.Thread):
         to handle (`distrib.strategies.survivors.go_on`: the notice of the loss, the agreement, the new group, then a
         watchdog of the new world, `renew_liveness`): this one ends no rank for it, until `STANDBY` s have passed
         since it first stood by; then its tick's read (`read`) ends its rank with the first `err`, as without the
-        option. The watched peer
-        `r`, lost (`how`, in words), is reported once (`JobLink.survives`: published unless its launcher did), and the
-        next on the ring watched (a node lost takes its ranks with it, each then reported by the survivor before it).
+        option. The watched peer `r`, lost (`how`, in words), is reported once (`JobLink.survives`: published unless
+        its launcher did), and the next on the ring watched (a node lost takes its ranks with it, each then reported
+        by the survivor before it).
         A `silent` peer's sockets stay open, and a collective waits on them: the report of the first loss it stands by
         for also releases this rank's group (its collective fails, and the survivors' recovery starts).
         Returns True while it stands by; False when no such fit runs (the caller ends the rank)."""
