@@ -17,8 +17,9 @@ from .runtime.collectives import gather_in_order
 from torch.utils.data import IterableDataset
 from .data import DataLoaders, DistributedDL, IterableShards
 from .loop import is_sharded, start_batch_of
-from .callback.core import (Callback, events, CancelFitException, CancelEpochException, CancelTrainException,
-                              CancelValidException, CancelBatchException, CancelBackwardException, CancelStepException)
+from .callback.core import (Callback, events, batch_events, CancelFitException, CancelEpochException,
+                                   CancelTrainException, CancelValidException, CancelBatchException,
+                                   CancelBackwardException, CancelStepException)
 from .metrics import Metric, AvgMetric
 from .losses import batch_loss, ItemMean
 from .recorder import Recorder, ProgressCallback, GatherPreds
@@ -139,9 +140,18 @@ class Learner(LearnerSaving):
         finally: self.remove_cbs(cbs)
 
     def _sort_handlers(self):
-        "Cache, per event, the bound methods of the callbacks that handle it, by `order`"
+        "Cache, per event, the callbacks that handle it and their bound methods, by `order`; then `_pass_handlers`"
         cbs = sorted(self.cbs, key=lambda c: c.order)
-        self._handlers = {e: [h for h in (getattr(c, e, None) for c in cbs) if h is not None] for e in events}
+        self._cb_handlers = {e: [(c, h) for c, h in ((c, getattr(c, e, None)) for c in cbs) if h is not None]
+                             for e in events}
+        self._pass_handlers()
+
+    def _pass_handlers(self):
+        """`_handlers`, what the events run: each event's handlers, less, for the events of a batch (`batch_events`),
+        those of the callbacks whose `run_train` (in a training pass) or `run_valid` (else) is False, read now"""
+        run = 'run_train' if self.training else 'run_valid'
+        self._handlers = {e: [h for c, h in hs if e not in batch_events or getattr(c, run, True)]
+                          for e, hs in self._cb_handlers.items()}
 
     def __call__(self, event:str):
         "Run the handlers of `event`"
@@ -206,7 +216,13 @@ class Learner(LearnerSaving):
     # The levels of the loop, innermost first
     def _split_batch(self, b):
         "Move batch `b` to the model's device and set `xb` (all but the last element) and `yb` (the last)"
-        b = _to_device(b, self._device)
+        dev = self._device
+        if type(b) in (list, tuple) and len(b) == 2:   # (x, y), the common case: a tensor already there stays
+            x, y = b
+            self.xb = (x if type(x) is torch.Tensor and x.device == dev else _to_device(x, dev),)
+            self.yb = (y if type(y) is torch.Tensor and y.device == dev else _to_device(y, dev),)
+            return
+        b = _to_device(b, dev)
         if isinstance(b, (list, tuple)) and len(b) > 1: self.xb, self.yb = tuple(b[:-1]), (b[-1],)
         else: self.xb, self.yb = (tuple(b) if isinstance(b, (list, tuple)) else (b,)), ()
 
@@ -239,8 +255,11 @@ class Learner(LearnerSaving):
         """Run every batch of `self.dl`, from its `start_batch` for a `DistributedDL` or `IterableShards` resumed
         mid-epoch; `n_iter` is its length, None for a loader without one (an IterableDataset's). When a training
         batch raises and a callback's `survive(e, 'batch')` names a batch (`_go_on`: a lost rank under `--on-failure
-        continue`), the pass goes on from it over the new `dls.train`, after each callback's `world_changed()`"""
+        continue`), the pass goes on from it over the new `dls.train`, after each callback's `world_changed()`. The
+        batch events' handlers are chosen here for the pass (`_pass_handlers`), after `before_train`/`before_validate`
+        and each `world_changed()`, where a callback may set its `run_train`/`run_valid`"""
         self.n_iter, self._device = _n_batches(self.dl), model_device(self.model)
+        self._pass_handlers()
         start = start_batch_of(self.dl)
         while True:
             try:
@@ -253,6 +272,7 @@ class Learner(LearnerSaving):
                 for cb in self.cbs:   # what a callback read of the world once per pass, read again
                     f = getattr(type(cb), 'world_changed', None)
                     if callable(f): f(cb)
+                self._pass_handlers()
 
     def _go_on(self, e:Exception, what:str)->int|None:
         """Where to go on after `e` left `what` ('batch': a training batch; 'validate': a validation pass of `fit`;

@@ -278,10 +278,13 @@ class ItemMean(Callback):
     soon as the count is known (`before_batch` for a loss `item_count` knows, the last micro-batch's
     `before_backward` in an accumulation window) and waited for where it is needed; in a window, one multiplication
     of every gradient at `before_step`.
-    `n_items` is the count of the last step over all ranks (a 0-d tensor), None before the first. Runs at `order`
-    8, between `GradientAccumulation` (6) and `MixedPrecision` (10). Raises `RuntimeError` in `before_backward`
-    when the targets or the loss changed after `before_batch` counted them (a callback of a higher order)."""
-    order = 8
+    `n_items` is the count of the last step over all ranks (a 0-d tensor), None before the first; in a world of one
+    without `GradientAccumulation`, where it has nothing to do, it switches its batch events off for the pass
+    (`run_train = False`: no call per batch) and leaves `n_items` as it was (`learn.n_items` is the count). Runs
+    at `order` 8, between `GradientAccumulation` (6) and `MixedPrecision` (10). Raises `RuntimeError` in
+    `before_backward` when the targets or the loss changed after `before_batch` counted them (a callback of a
+    higher order)."""
+    order, run_valid = 8, False   # nothing to do in a validation batch
     n_items = scale = window = _early = _work = None   # _early, _work: count all-reduces started, not waited for
     pending, _ws, _window_known = False, 1, False   # a window's count to all-reduce; the training world size; the
                                                     # window's count known equal (no all-reduce)
@@ -299,6 +302,8 @@ class ItemMean(Callback):
         self._known = lf if known else None
         self._per_row = self.learn.dl.dataset_targets()[:1].numel() if known else 1   # items per row of targets
         self._shares = next((s for cb in self.learn.cbs if hasattr(s := getattr(cb, 'shares', None), 'hooked')), None)
+        # one rank and no accumulation: nothing to weigh, count or carry, and no call in this pass's batches
+        self.run_train = self._ws > 1 or getattr(self.learn, 'gradient_accumulation', None) is not None
     def world_changed(self):
         "The world changed in the middle of a training pass (survivors of a lost rank): its size and counts read again"
         self.before_train()

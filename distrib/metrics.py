@@ -39,7 +39,8 @@ class AvgMetric(Metric):
     """Average of `func(pred, *yb)` over the samples of a pass (`func` returns a batch mean), or over the items it
     counts when it returns `(sum, count)` (`distrib.losses.sum_and_count`), summed over ranks by `sync` (fastai's
     AvgMetric). `total` is the float64 sum of `func(...)*bs` (of the sums) since `reset`, `count` the number of
-    samples (of items: an int, or a float for weighted items)."""
+    samples (of items: an int, or a float for weighted items). distrib's `accuracy` over one target per row is summed
+    as what its mean stands for, the number of correct rows (an integer: exact, and a tensor operation fewer)."""
     def __init__(self, func): self.func = func
     def reset(self): self._total, self._host, self.count = None, 0., 0   # no tensor yet: the first batch's device
     def _device_sum(self)->torch.Tensor:
@@ -63,6 +64,8 @@ class AvgMetric(Metric):
         return sum_and_count(self.func, learn.pred, *learn.yb)
     def _samples(self, learn)->int: return find_bs(learn.yb)
     def accumulate(self, learn):
+        if self.func is accuracy and len(learn.yb) == 1 and learn.yb[0].dim() == 1:
+            return self._add_hits(learn.pred, learn.yb[0])
         v, n = self._batch_value(learn)
         if n is None:   # a batch mean: weighted by the batch's samples
             bs = self._samples(learn)
@@ -73,6 +76,12 @@ class AvgMetric(Metric):
         else:   # kept on the device (`count_dtype`) until `value`, `sync` or `state_dict` reads them
             self._add(v.detach().to(count_dtype(v.device)))
             self._dcount = n if self._dcount is None else self._dcount + n
+    def _add_hits(self, pred:torch.Tensor, targ:torch.Tensor):
+        "Add the rows of `pred` whose argmax is `targ` (shape (bs,)) to the sum, and `bs` to the count"
+        c = _hits(pred, targ).sum()
+        if c.is_cpu: self._host += c.item()
+        else: self._add(c.double())   # kept on the device, as a mean is
+        self._count += targ.shape[0]
     def add_mean(self, v:float, bs:int):
         "Add a batch mean `v`, a number already on the host, over its `bs` samples (`bs` 0: nothing, its mean is NaN)"
         if bs: self._host += v*bs; self._count += bs
@@ -111,7 +120,11 @@ def accuracy(inp:torch.Tensor,  # predictions, shape (bs, n_classes) of scores
              axis:int=-1,       # the class dimension of `inp`
             )->torch.Tensor:    # 0-d tensor, the fraction correct
     "Fraction of rows of `inp` whose argmax along `axis` equals `targ` (fastai's `accuracy`)"
-    return (inp.argmax(dim=axis) == targ).float().mean()
+    return _hits(inp, targ, axis).float().mean()
+
+def _hits(inp:torch.Tensor, targ:torch.Tensor, axis:int=-1)->torch.Tensor:
+    "Whether each row of `inp`'s argmax along `axis` equals `targ`: booleans of `targ`'s shape"
+    return inp.argmax(dim=axis) == targ
 
 # %% ../nbs/13_metrics.ipynb #12380148
 _ACTIVATIONS = ('no', 'sigmoid', 'softmax', 'binarysoftmax')

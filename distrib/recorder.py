@@ -22,15 +22,11 @@ __all__ = ['Recorder', 'ProgressCallback', 'GatherPreds']
 _HYPERS = {'lr': [('lr', None)], 'mom': [('momentum', None), ('betas', 0)], 'sqr_mom': [('betas', 1), ('alpha', None)],
            'wd': [('weight_decay', None)]}   # fastai's names for torch's keys (callback.schedule's `get_hyper`)
 
-def _hypers(group:dict)->dict:
-    "The hyper-parameters of parameter group `group` under fastai's names (lr, mom, sqr_mom, wd) that it has, floats"
-    out = {}
-    for name, slots in _HYPERS.items():
-        for key, i in slots:
-            if key in group:
-                out[name] = float(group[key] if i is None else group[key][i])
-                break
-    return out
+def _hyper_slots(group:dict)->list:
+    """Where parameter group `group` keeps each hyper-parameter it has under fastai's names (lr, mom, sqr_mom, wd):
+    `(name, key, index)`, the value being `group[key]` (`index` None) or `group[key][index]` (Adam's `betas`)"""
+    found = ((name, next(((k, i) for k, i in slots if k in group), None)) for name, slots in _HYPERS.items())
+    return [(name, *slot) for name, slot in found if slot is not None]
 
 def _step_record(loss:torch.Tensor, n)->tuple:
     """A training step's `(loss, n)` (`learn.loss`, `learn.n_items`) as the `Recorder` keeps it until its pass ends:
@@ -57,7 +53,7 @@ class Recorder(Callback):
         self._reset_steps()
     def _reset_steps(self):
         self.losses, self.step_losses, self.lrs, self.hps, self.iters = [], [], [], {}, []
-        self._smooth, self._n, self._pending = 0., 0, []
+        self._smooth, self._n, self._pending, self._slots = 0., 0, [], None
     def before_fit(self):
         self.values = []
         self._reset_steps()
@@ -65,21 +61,32 @@ class Recorder(Callback):
     def metric_names(self)->list:
         return ['epoch', 'train_loss', 'valid_loss'] + [m.name for m in self.learn.metrics] + ['time']
     def before_epoch(self): self.start = time.perf_counter()
-    def before_train(self): self.train_loss.reset(); self._pending = []
+    def before_train(self): self.train_loss.reset(); self._pending, self._slots = [], None
     def before_validate(self):
         for m in [self.valid_loss] + self.learn.metrics: m.reset()
     def after_batch(self):
-        if not self.learn.yb: return
-        if self.learn.training:
-            step = _step_record(self.learn.loss, self.learn.n_items)   # numbers on the CPU: the loss read once
-            if self.learn.loss_sum is None and not isinstance(step[0], torch.Tensor): self.train_loss.add_mean(*step)
-            else: self.train_loss.accumulate(self.learn)
-            self._pending.append(step)
-            hps = _hypers(self.learn.opt.param_groups[-1]) if getattr(self.learn.opt, 'param_groups', None) else {}
-            for k, v in hps.items(): self.hps.setdefault(k, []).append(v)
-            self.lrs.append(hps.get('lr'))
-        else:
-            for m in [self.valid_loss] + self.learn.metrics: m.accumulate(self.learn)
+        learn = self.learn
+        if not learn.yb: return
+        if not learn.training:
+            for m in [self.valid_loss] + learn.metrics: m.accumulate(learn)
+            return
+        step = _step_record(learn.loss, learn.n_items)   # numbers on the CPU: the loss read once
+        if learn.loss_sum is None and not isinstance(step[0], torch.Tensor): self.train_loss.add_mean(*step)
+        else: self.train_loss.accumulate(learn)
+        self._pending.append(step)
+        self._record_hypers(learn.opt)
+    def _record_hypers(self, opt):
+        """Append the hyper-parameters of `opt`'s last parameter group to `hps` (floats, fastai's names) and its
+        learning rate to `lrs` (None without one); where the group keeps them is found at the pass's first step"""
+        g = opt.param_groups[-1] if getattr(opt, 'param_groups', None) else {}
+        if self._slots is None:
+            self._slots = _hyper_slots(g)
+            for name, *_ in self._slots: self.hps.setdefault(name, [])
+        hps = self.hps
+        for name, key, i in self._slots:
+            v = g[key]
+            hps[name].append(float(v if i is None else v[i]))
+        self.lrs.append(float(g['lr']) if 'lr' in g else None)
     def _sharded(self)->bool:
         "Whether the pass's loader is sharded across ranks"
         return shard_world(self.learn.dl) > 1
@@ -145,7 +152,7 @@ class Recorder(Callback):
         if s is None: return      # a checkpoint written before the Recorder kept steps
         self.losses, self.step_losses, self.lrs = s['losses'].tolist(), s['step_losses'].tolist(), s['lrs'].tolist()
         self.hps, self.iters = {k: v.tolist() for k, v in s['hps'].items()}, list(s['iters'])
-        self._smooth, self._n = s['smooth'], s['n']
+        self._smooth, self._n, self._slots = s['smooth'], s['n'], None
         self._pending = [((r[0]/r[1] if r[1] else r[0]).item(), int(r[1]) if r[1] == int(r[1]) else r[1].item())
                          for r in s['pending']]
 

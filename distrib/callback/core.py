@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastcore.basics import class2attr
 
 # %% auto #0
-__all__ = ['events', 'CancelFitException', 'CancelEpochException', 'CancelTrainException', 'CancelValidException',
+__all__ = ['events', 'batch_events', 'CancelFitException', 'CancelEpochException', 'CancelTrainException', 'CancelValidException',
            'CancelBatchException', 'CancelBackwardException', 'CancelStepException', 'Callback']
 
 # %% ../../nbs/12_callback.core.ipynb #499e1725
@@ -31,21 +31,32 @@ events = ('after_create before_fit before_epoch before_train before_batch after_
           'after_cancel_train after_train before_validate after_cancel_validate after_validate after_cancel_epoch '
           'after_epoch after_cancel_fit after_fit').split()
 
+# the events inside a batch, which a callback's `run_train`/`run_valid` switch off (fastai's `_inner_loop`, and
+# after_cancel_step)
+batch_events = frozenset('before_batch after_pred after_loss before_backward after_cancel_backward after_backward '
+                         'before_step after_cancel_step after_step after_cancel_batch after_batch'.split())
+
 # %% ../../nbs/12_callback.core.ipynb #7450fa79
 class Callback:
     """Base class of callbacks: define methods named after `events` (e.g. `before_batch(self)`); they read and
     change the loop state through `self.learn` (`epoch`, `iter`, `xb`, `yb`, `pred`, `loss_grad`, `loss`, ...).
     Callbacks run in increasing `order` (default 0); `Learner.add_cb` sets `learn` and exposes the callback as
     `learn.<name>`. A callback that runs no collective and may be added on some ranks only (a logger on rank 0)
-    sets the class attribute `local_only = True`, so the pre-flight check of `distrib_ctx` does not compare it."""
-    order, learn, local_only = 0, None, False
+    sets the class attribute `local_only = True`, so the pre-flight check of `distrib_ctx` does not compare it.
+    `run_train`/`run_valid` (fastai's, default True): False, the callback's handlers of `batch_events` do not run in
+    a training/validation pass; distrib's `Learner` reads them once a pass, after `before_train`/`before_validate`
+    (a callback may set them there, for the pass), where fastai's reads them at every event."""
+    order, learn, local_only, run_train, run_valid = 0, None, False, True, True
     @property
     def name(self)->str:
         "Snake-case class name without the 'Callback' suffix: `learn.<name>` (as fastai)"
         return class2attr(self, 'Callback')
     def __call__(self, event:str):
         """Run this callback's handler of `event` (a name of `events`), if it has one, and return what it returns:
-        how fastai's `Learner` calls a callback (`cb(event)`). Raises what the handler raises."""
+        how fastai's `Learner` calls a callback (`cb(event)`); nothing for an event of `batch_events` in a pass its
+        `run_train`/`run_valid` switches off (fastai's rule). Raises what the handler raises."""
+        if event in batch_events and not (self.run_train if getattr(self.learn, 'training', True) else self.run_valid):
+            return None
         f = getattr(self, event, None)
         return f() if f is not None else None
     def __repr__(self): return type(self).__name__
