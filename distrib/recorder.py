@@ -5,6 +5,7 @@
 # %% ../nbs/14_recorder.ipynb #d1493725
 from __future__ import annotations
 import sys, time
+from operator import itemgetter
 import torch
 from fastcore.basics import patch
 from tqdm.auto import tqdm
@@ -22,11 +23,27 @@ __all__ = ['Recorder', 'ProgressCallback', 'GatherPreds']
 _HYPERS = {'lr': [('lr', None)], 'mom': [('momentum', None), ('betas', 0)], 'sqr_mom': [('betas', 1), ('alpha', None)],
            'wd': [('weight_decay', None)]}   # fastai's names for torch's keys (callback.schedule's `get_hyper`)
 
-def _hyper_slots(group:dict)->list:
-    """Where parameter group `group` keeps each hyper-parameter it has under fastai's names (lr, mom, sqr_mom, wd):
-    `(name, key, index)`, the value being `group[key]` (`index` None) or `group[key][index]` (Adam's `betas`)"""
-    found = ((name, next(((k, i) for k, i in slots if k in group), None)) for name, slots in _HYPERS.items())
-    return [(name, *slot) for name, slot in found if slot is not None]
+def _hyper_reader(group:dict)->tuple:
+    """How a step's hyper-parameters are read from parameter group `group` and kept until the pass's end:
+    `(read, slots)`. `read(group)` is a tuple of the values of the keys that hold fastai's names (lr, mom, sqr_mom,
+    wd), as they are where they are numbers or tuples of numbers (which nothing changes in place), else as floats
+    (a tensor learning rate is changed in place by a schedule); `slots` gives each name that the group has as
+    `(name, position in the tuple, index)`, its value `row[position]` (`index` None) or `row[position][index]`
+    (Adam's `betas`)."""
+    keys, slots = [], []
+    for name, found in _HYPERS.items():
+        key, i = next(((k, i) for k, i in found if k in group), (None, None))
+        if key is None: continue
+        if key not in keys: keys.append(key)
+        slots.append((name, keys.index(key), i))
+    kept = all(isinstance(v, (int, float)) or (isinstance(v, tuple) and all(isinstance(x, (int, float)) for x in v))
+               for v in (group[k] for k in keys))
+    if not kept: return (lambda g: tuple(_floats(g[k]) for k in keys)), slots
+    return (itemgetter(*keys) if len(keys) > 1 else lambda g: tuple(g[k] for k in keys)), slots
+
+def _floats(v):
+    "`v`, a hyper-parameter's value (a number, a tensor, or a tuple or list of them), as a float or a tuple of floats"
+    return tuple(float(x) for x in v) if isinstance(v, (tuple, list)) else float(v)
 
 def _step_record(loss:torch.Tensor, n)->tuple:
     """A training step's `(loss, n)` (`learn.loss`, `learn.n_items`) as the `Recorder` keeps it until its pass ends:
@@ -41,8 +58,9 @@ class Recorder(Callback):
     rank); `log` is the last validation's `[valid_loss, *metrics]`; `metric_names` names the columns. Per training
     step (fastai's Recorder): `losses` (smoothed with `beta`, fastai's `AvgSmoothLoss`), `step_losses` (raw), `lrs`
     and `hps` (dict name -> list, the last parameter group's), and `iters` (steps done after each epoch); a step's
-    loss is the global batch's under `distrib_ctx` (its mean over the samples, or the items of a loss over items),
-    filled in at the end of each training pass. Losses are weighted by `learn.n_items`: samples, or items.
+    loss is the global batch's under `distrib_ctx` (its mean over the samples, or the items of a loss over items);
+    the steps of a training pass are filled in at its end (or when `state_dict` saves them). Losses are weighted by
+    `learn.n_items`: samples, or items.
 
     Args:
         beta (float): the smoothing of `losses`, in [0, 1). Default 0.98, as fastai's."""
@@ -53,7 +71,7 @@ class Recorder(Callback):
         self._reset_steps()
     def _reset_steps(self):
         self.losses, self.step_losses, self.lrs, self.hps, self.iters = [], [], [], {}, []
-        self._smooth, self._n, self._pending, self._slots = 0., 0, [], None
+        self._smooth, self._n, self._pending, self._rows, self._read = 0., 0, [], [], None
     def before_fit(self):
         self.values = []
         self._reset_steps()
@@ -61,7 +79,7 @@ class Recorder(Callback):
     def metric_names(self)->list:
         return ['epoch', 'train_loss', 'valid_loss'] + [m.name for m in self.learn.metrics] + ['time']
     def before_epoch(self): self.start = time.perf_counter()
-    def before_train(self): self.train_loss.reset(); self._pending, self._slots = [], None
+    def before_train(self): self.train_loss.reset(); self._pending, self._rows, self._read = [], [], None
     def before_validate(self):
         for m in [self.valid_loss] + self.learn.metrics: m.reset()
     def after_batch(self):
@@ -74,19 +92,18 @@ class Recorder(Callback):
         if learn.loss_sum is None and not isinstance(step[0], torch.Tensor): self.train_loss.add_mean(*step)
         else: self.train_loss.accumulate(learn)
         self._pending.append(step)
-        self._record_hypers(learn.opt)
-    def _record_hypers(self, opt):
-        """Append the hyper-parameters of `opt`'s last parameter group to `hps` (floats, fastai's names) and its
-        learning rate to `lrs` (None without one); where the group keeps them is found at the pass's first step"""
-        g = opt.param_groups[-1] if getattr(opt, 'param_groups', None) else {}
-        if self._slots is None:
-            self._slots = _hyper_slots(g)
-            for name, *_ in self._slots: self.hps.setdefault(name, [])
-        hps = self.hps
-        for name, key, i in self._slots:
-            v = g[key]
-            hps[name].append(float(v if i is None else v[i]))
-        self.lrs.append(float(g['lr']) if 'lr' in g else None)
+        g = learn.opt.param_groups[-1] if getattr(learn.opt, 'param_groups', None) else {}
+        if self._read is None: self._read, self._slots = _hyper_reader(g)   # once a pass
+        self._rows.append(self._read(g))   # the step's hyper-parameters: `hps` and `lrs` at the pass's end
+    def _record_hypers(self):
+        """The kept steps' hyper-parameters of the optimizer's last parameter group appended to `hps` (floats, by
+        fastai's names) and their learning rate to `lrs` (None without one)"""
+        hps, lr = self.hps, next((p for name, p, _ in self._slots if name == 'lr'), None) if self._rows else None
+        for name, *_ in (self._slots if self._rows else ()): hps.setdefault(name, [])
+        for row in self._rows:
+            for name, p, i in self._slots: hps[name].append(float(row[p] if i is None else row[p][i]))
+            self.lrs.append(None if lr is None else float(row[lr]))
+        self._rows = []
     def _sharded(self)->bool:
         "Whether the pass's loader is sharded across ranks"
         return shard_world(self.learn.dl) > 1
@@ -124,6 +141,7 @@ class Recorder(Callback):
             self.step_losses.append(v)
             self.losses.append(self._smooth/(1 - self.beta**self._n))
         self._pending = []
+        self._record_hypers()
     def after_train(self):
         self._sync([self.train_loss])
         self._record_steps()
@@ -140,6 +158,7 @@ class Recorder(Callback):
         """The values so far, the last validation's, this rank's running training loss and the per-step records,
         with this rank's steps of an unfinished pass (for `Checkpoint`)"""
         t = lambda xs: torch.tensor(xs, dtype=torch.float64)    # compact in the file; float64 keeps each value exactly
+        self._record_hypers()   # the pass's steps so far: their hyper-parameters are saved with the earlier ones
         steps = dict(losses=t(self.losses), step_losses=t(self.step_losses), lrs=t(self.lrs), iters=self.iters,
                      hps={k: t(v) for k, v in self.hps.items()}, smooth=self._smooth, n=self._n,
                      pending=self._pending_sums())
@@ -152,7 +171,7 @@ class Recorder(Callback):
         if s is None: return      # a checkpoint written before the Recorder kept steps
         self.losses, self.step_losses, self.lrs = s['losses'].tolist(), s['step_losses'].tolist(), s['lrs'].tolist()
         self.hps, self.iters = {k: v.tolist() for k, v in s['hps'].items()}, list(s['iters'])
-        self._smooth, self._n, self._slots = s['smooth'], s['n'], None
+        self._smooth, self._n, self._rows, self._read = s['smooth'], s['n'], [], None
         self._pending = [((r[0]/r[1] if r[1] else r[0]).item(), int(r[1]) if r[1] == int(r[1]) else r[1].item())
                          for r in s['pending']]
 
@@ -160,8 +179,9 @@ class Recorder(Callback):
 def _fmt(v)->str: return '' if v is None else f'{v:.6f}' if isinstance(v, float) else str(v)
 
 class ProgressCallback(Callback):
-    "A tqdm progress bar over batches and a table of `Recorder` values per epoch; `enabled=False` silences both"
-    order = 60
+    """A tqdm progress bar over batches and a table of `Recorder` values per epoch; `enabled=False` silences both.
+    The bar is told the batches done about every 0.1 s (`every`), not at each batch."""
+    order, every = 60, 0.1   # seconds between two updates of the bar
     def __init__(self, enabled:bool=True): self.enabled, self.bar = enabled, None
     def before_fit(self):
         if self.enabled: self.learn.logger('  '.join(f'{n:>10}' for n in self.learn.recorder.metric_names))
@@ -169,13 +189,25 @@ class ProgressCallback(Callback):
         if self.enabled:
             self.bar = tqdm(total=self.learn.n_iter, desc=desc, leave=False, file=sys.stderr, mininterval=0.5,
                             disable=None)
+            self._n = self._shown = 0; self._due, self._t = 1, None
     def after_batch(self):
         if self.bar is None:
             if not self.enabled or self.learn.iter: return
             self._open('train' if self.learn.training else 'valid')
-        self.bar.update(1)
+        self._n += 1
+        if self._n >= self._due: self._show()
+    def _show(self):
+        """Tell the bar the batches counted since its last update; the next update after about `every` s at the pace
+        of the batches since then (after the next batch, at the first update: the pace is timed from there)"""
+        n, t = self._n, time.perf_counter()
+        self.bar.update(n - self._shown)
+        per_batch = None if self._t is None else (t - self._t)/(n - self._shown)
+        self._shown, self._t = n, t
+        self._due = n + (max(1, int(self.every/per_batch)) if per_batch else 1)
     def _close(self):
-        if self.bar is not None: self.bar.close(); self.bar = None
+        if self.bar is None: return
+        if self._n > self._shown: self.bar.update(self._n - self._shown)
+        self.bar.close(); self.bar = None
     def after_train(self): self._close()
     def after_validate(self): self._close()
     def after_epoch(self):
