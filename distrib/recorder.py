@@ -145,6 +145,7 @@ class Recorder(Callback):
     def after_train(self):
         self._sync([self.train_loss])
         self._record_steps()
+    def after_fit(self): self._record_hypers()   # a fit cancelled in a training pass: its steps' hyper-parameters
     def after_validate(self):
         self._sync([self.valid_loss] + self.learn.metrics)
         self.log = [self.valid_loss.value] + [m.value for m in self.learn.metrics]
