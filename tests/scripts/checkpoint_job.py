@@ -147,8 +147,10 @@ elif mode == 'train':
     try:
         with learn.distrib_ctx(): learn.fit(4, cbs=Checkpoint('ck', signals=('SIGTERM', 'SIGUSR1')))
     except Preempted as e:
-        print(f"PREEMPTED rank {rank} step {torch.load(e.file)['n_steps']} file {e.file.name} code {e.code}",
-              flush=True)
+        # one write per line: the ranks share the launcher's stdout, and print() writes the text and its newline apart
+        n = torch.load(e.file)['n_steps']
+        sys.stdout.write(f"PREEMPTED rank {rank} step {n} file {e.file.name} code {e.code}\n")
+        sys.stdout.flush()
         raise
     print(f"rank {rank}: finished without being stopped", flush=True)
 
