@@ -98,8 +98,9 @@ class Recorder(Callback):
     def _record_hypers(self):
         """The kept steps' hyper-parameters of the optimizer's last parameter group appended to `hps` (floats, by
         fastai's names) and their learning rate to `lrs` (None without one)"""
-        hps, lr = self.hps, next((p for name, p, _ in self._slots if name == 'lr'), None) if self._rows else None
-        for name, *_ in (self._slots if self._rows else ()): hps.setdefault(name, [])
+        if not self._rows: return
+        hps, lr = self.hps, next((p for name, p, _ in self._slots if name == 'lr'), None)
+        for name, *_ in self._slots: hps.setdefault(name, [])
         for row in self._rows:
             for name, p, i in self._slots: hps[name].append(float(row[p] if i is None else row[p][i]))
             self.lrs.append(None if lr is None else float(row[lr]))
